@@ -1,0 +1,41 @@
+#include "algo/common.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "reduce/reduce.h"
+
+namespace mccl::algo {
+
+Partition::Partition(size_t count, int n) {
+  const size_t parts = static_cast<size_t>(n);
+  off.resize(parts);
+  len.resize(parts);
+  size_t base = count / parts, extra = count % parts, at = 0;
+  for (size_t b = 0; b < parts; ++b) {
+    off[b] = at;
+    len[b] = base + (b < extra ? 1 : 0);
+    at += len[b];
+  }
+}
+
+size_t chunksFor(size_t maxBlockElems, size_t elemSize, size_t chunkBytes) {
+  size_t perChunk = std::max<size_t>(1, chunkBytes / elemSize);
+  return std::max<size_t>(1, (maxBlockElems + perChunk - 1) / perChunk);
+}
+
+uint32_t slotId(uint64_t value) {
+  MCCL_USAGE_CHECK(value <= UINT32_MAX, "message too large for its pipeline: slot ", value,
+                   " does not fit 32 bits; raise MCCL_CHUNK_BYTES");
+  return static_cast<uint32_t>(value);
+}
+
+void premul(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op, double factor) {
+  if (op == ReduceOp::kPreMulSum) {
+    kernels::scale(dst, src, count, dtype, factor);
+  } else if (dst != src) {
+    std::memcpy(dst, src, count * dtypeSize(dtype));
+  }
+}
+
+}  // namespace mccl::algo

@@ -1,0 +1,61 @@
+// Helpers shared by the algorithm files: block partitions, pipeline chunks,
+// ring neighbours, and the algorithm entry points (one file each).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "algo/collectives.h"
+#include "comm/op_context.h"
+#include "util/check.h"
+
+namespace mccl::algo {
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// `count` elements split into n near-equal blocks (the first count % n get one more).
+struct Partition {
+  Partition(size_t count, int n);
+  size_t offset(int b) const { return off[static_cast<size_t>(b)]; }
+  size_t length(int b) const { return len[static_cast<size_t>(b)]; }
+  size_t maxLength() const { return len.empty() ? 0 : len[0]; }
+  std::vector<size_t> off, len;
+};
+
+// A block of `len` elements cut into `nch` pipeline chunks; chunk c is
+// [begin, begin + length) relative to the block. Every rank computes the same
+// cut from the same sizes, so chunk c means the same bytes everywhere.
+struct Chunk {
+  size_t begin, length;
+};
+inline Chunk chunkOf(size_t len, size_t nch, size_t c) {
+  size_t b = len * c / nch, e = len * (c + 1) / nch;
+  return {b, e - b};
+}
+// Chunks per block so that none exceeds MCCL_CHUNK_BYTES (at least 1).
+size_t chunksFor(size_t maxBlockElems, size_t elemSize, size_t chunkBytes);
+
+// Slot numbers are per message; checks they fit the frame's 32-bit field.
+uint32_t slotId(uint64_t value);
+
+// Scales `count` elements of `src` into `dst` for PREMUL_SUM (dst may be src).
+void premul(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op, double factor);
+
+// Entry points, one per algorithm file. Each runs on an op worker.
+void allreduceRing(OpContext& ctx, const AllreduceOptions& o);
+void allreduceRecursiveDoubling(OpContext& ctx, const AllreduceOptions& o);
+void broadcastBinomial(OpContext& ctx, const BroadcastOptions& o);
+void broadcastChain(OpContext& ctx, const BroadcastOptions& o);
+void reduceBinomial(OpContext& ctx, const ReduceOptions& o);
+void reduceChain(OpContext& ctx, const ReduceOptions& o);
+void allgatherRing(OpContext& ctx, const AllgatherOptions& o);
+void allgatherDirect(OpContext& ctx, const AllgatherOptions& o);
+void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o);
+void reduceScatterDirect(OpContext& ctx, const ReduceScatterOptions& o);
+void gatherDirect(OpContext& ctx, const GatherOptions& o);
+void scatterDirect(OpContext& ctx, const ScatterOptions& o);
+void alltoallPairwise(OpContext& ctx, const AlltoallOptions& o);
+void barrierDissemination(OpContext& ctx);
+
+}  // namespace mccl::algo

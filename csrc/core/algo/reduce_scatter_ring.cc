@@ -1,0 +1,88 @@
+// Ring reduce-scatter for large messages: n-1 steps; at step s a rank adds
+// its own contribution to the partial sum it received and passes it on; the
+// last addition lands in the output. Each rank sends and receives (n-1)/n of
+// the input, the bandwidth optimum.
+//
+// Inputs are never modified: partial sums live in scratch slots. Receives are
+// posted k items ahead into 2k slots, so a slot is reused k items after its
+// forward was queued.
+#include <algorithm>
+#include <cstring>
+
+#include "algo/common.h"
+#include "reduce/reduce.h"
+
+namespace mccl::algo {
+
+void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o) {
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t es = dtypeSize(o.dtype);
+  const size_t bytes = o.count * es;
+
+  // PREMUL_SUM scales the inputs first, into a scratch copy.
+  Scratch scaled;
+  std::vector<const uint8_t*> in(static_cast<size_t>(n));
+  if (o.op == ReduceOp::kPreMulSum) {
+    scaled = ctx.scratch(static_cast<size_t>(n) * bytes);
+    for (int b = 0; b < n; ++b) {
+      uint8_t* dst = scaled.data() + static_cast<size_t>(b) * bytes;
+      premul(dst, o.in[static_cast<size_t>(b)], o.count, o.dtype, o.op, o.premulFactor);
+      in[static_cast<size_t>(b)] = dst;
+    }
+  } else {
+    for (int b = 0; b < n; ++b) in[static_cast<size_t>(b)] = static_cast<const uint8_t*>(o.in[static_cast<size_t>(b)]);
+  }
+  auto* out = static_cast<uint8_t*>(o.out);
+  if (n == 1) {
+    if (bytes > 0 && out != in[0]) std::memmove(out, in[0], bytes);
+    return;
+  }
+  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
+  const int left = mod(r - 1, n), right = mod(r + 1, n);
+  const size_t steps = static_cast<size_t>(n - 1);
+  const size_t items = steps * nch;
+  const size_t k = std::min<size_t>(items, 8);
+  const size_t nslots = 2 * k;
+  const size_t slotBytes = (o.count / nch + 1) * es;
+  Scratch slots = ctx.scratch(nslots * slotBytes);
+  auto slotPtr = [&](size_t i) { return slots.data() + (i % nslots) * slotBytes; };
+  // Item i = (step s, chunk c) receives block r-s-2's partial sum from the left.
+  std::vector<std::shared_ptr<RecvRequest>> recvs(items);
+  std::vector<std::shared_ptr<SendRequest>> forwards(nslots);
+  auto post = [&](size_t i) {
+    if (forwards[i % nslots]) ctx.wait(*forwards[i % nslots]);
+    Chunk ch = chunkOf(o.count, nch, i % nch);
+    recvs[i] = ctx.irecv(left, slotId(i), slotPtr(i), ch.length * es);
+  };
+  for (size_t i = 0; i < k; ++i) post(i);
+
+  std::vector<std::shared_ptr<SendRequest>> first;
+  const uint8_t* firstBlock = in[static_cast<size_t>(mod(r - 1, n))];
+  for (size_t c = 0; c < nch; ++c) {
+    Chunk ch = chunkOf(o.count, nch, c);
+    first.push_back(ctx.isend(right, slotId(c), firstBlock + ch.begin * es, ch.length * es));
+  }
+  for (size_t i = 0; i < items; ++i) {
+    const size_t s = i / nch, c = i % nch;
+    const int b = mod(r - static_cast<int>(s) - 2, n);
+    Chunk ch = chunkOf(o.count, nch, c);
+    const uint8_t* mine = in[static_cast<size_t>(b)] + ch.begin * es;
+    ctx.wait(*recvs[i]);
+    if (s + 1 < steps) {
+      combine(slotPtr(i), slotPtr(i), mine, ch.length);
+      forwards[i % nslots] = ctx.isend(right, slotId(i + nch), slotPtr(i), ch.length * es);
+    } else {
+      uint8_t* dst = out + ch.begin * es;
+      combine(dst, slotPtr(i), mine, ch.length);
+      if (o.op == ReduceOp::kAvg) kernels::divide(dst, ch.length, o.dtype, n);
+    }
+    if (i + k < items) post(i + k);
+  }
+  ctx.waitAll(first);
+  for (auto& f : forwards) {
+    if (f) ctx.wait(*f);
+  }
+}
+
+}  // namespace mccl::algo

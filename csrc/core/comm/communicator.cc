@@ -1,0 +1,637 @@
+#include "comm/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/op_context.h"
+#include "util/check.h"
+#include "util/logging.h"
+#include "util/random.h"
+
+namespace mccl {
+
+namespace {
+
+constexpr const char* kBootstrapKey = "mccl/v1/bootstrap";
+constexpr auto kShutdownGrace = std::chrono::seconds(10);
+constexpr auto kCloseGrace = std::chrono::seconds(2);
+
+std::string addrKey(int rank) { return strCat("mccl/v1/addr/", rank); }
+
+std::vector<uint8_t> toBytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+// ---------------------------------------------------------------- lifecycle
+
+std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
+                                                   const CommConfig& config) {
+  config.validate();
+  std::shared_ptr<Communicator> comm(new Communicator(std::move(store), config));
+  comm->bootstrap();
+  return comm;
+}
+
+Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& config)
+    : cfg_(config),
+      store_(std::move(store)),
+      scratch_(64u << 20) {
+  groupLabel_ = strCat("group '", cfg_.groupName, "'");
+  for (int i = 0; i < cfg_.size; ++i) peers_.push_back(std::make_unique<Peer>());
+  Matching::Context mctx;
+  mctx.rank = cfg_.rank;
+  mctx.size = cfg_.size;
+  mctx.group = groupLabel_;
+  mctx.peerName = [this](int r) { return peerName(r); };
+  matching_ = std::make_unique<Matching>(mctx, cfg_.unexpectedBytes);
+}
+
+void Communicator::bootstrap() {
+  Interface itf = selectInterface(cfg_.socketIfname, cfg_.routeHost);
+  identity_.rank = static_cast<uint32_t>(cfg_.rank);
+  identity_.size = static_cast<uint32_t>(cfg_.size);
+  std::vector<uint8_t> boot;
+  if (cfg_.rank == 0) {
+    boot.resize(8 + identity_.secret.size());
+    secureRandom(boot.data(), boot.size());
+    std::lock_guard<std::mutex> lock(storeMu_);
+    store_->set(kBootstrapKey, boot);
+  } else {
+    std::lock_guard<std::mutex> lock(storeMu_);
+    boot = store_->get(kBootstrapKey, cfg_.timeout);
+  }
+  MCCL_USAGE_CHECK(boot.size() == 8 + identity_.secret.size(), selfName(),
+                   ": malformed bootstrap record in the store (", boot.size(),
+                   " bytes); is another program using the same store prefix?");
+  std::memcpy(&identity_.group, boot.data(), 8);
+  std::memcpy(identity_.secret.data(), boot.data() + 8, identity_.secret.size());
+
+  listener_ = std::make_unique<Listener>(
+      itf.addr, cfg_.portRange, identity_, cfg_.handshakeTimeout,
+      [this](Socket sock, uint32_t peer) { adopt(std::move(sock), static_cast<int>(peer), true); },
+      selfName() + ": ");
+  {
+    std::lock_guard<std::mutex> lock(storeMu_);
+    store_->set(addrKey(cfg_.rank), toBytes(listener_->address().toString()));
+  }
+  MCCL_LOG(kInfo, selfName(), ": listening on ", listener_->address().toString(), " (",
+           itf.name, ")");
+  for (int i = 0; i < cfg_.inflightOps; ++i) workers_.emplace_back([this] { workerLoop(); });
+  watchdog_ = std::thread([this] { watchdogLoop(); });
+}
+
+Communicator::~Communicator() { shutdown(); }
+
+std::string Communicator::selfName() const {
+  return strCat("mccl rank ", cfg_.rank, "/", cfg_.size, " in ", groupLabel_);
+}
+
+std::string Communicator::peerName(int rank) const {
+  if (rank < 0 || rank >= cfg_.size) return strCat("rank ", rank);
+  Peer& p = *peers_[static_cast<size_t>(rank)];
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (p.addr) return strCat("rank ", rank, " (", p.addr->toString(), ")");
+  if (!p.hostHint.empty()) return strCat("rank ", rank, " (", p.hostHint, ")");
+  return strCat("rank ", rank);
+}
+
+Error Communicator::poisonError() const {
+  std::lock_guard<std::mutex> lock(poisonMu_);
+  MCCL_CHECK(poison_ != nullptr);
+  return *poison_;
+}
+
+void Communicator::poison(const Error& e) {
+  {
+    std::lock_guard<std::mutex> lock(poisonMu_);
+    if (poison_) return;
+    poison_ = std::make_unique<Error>(e);
+    poisoned_.store(true, std::memory_order_release);
+  }
+  if (e.kind() != ErrorKind::kAborted) MCCL_LOG(kWarn, e.what());
+  matching_->failAll(e);
+  {
+    std::lock_guard<std::mutex> lock(notifMu_);
+    for (Notifier* n : notifiers_) n->notify();
+  }
+  wdCv_.notify_all();
+  // Tell every connected peer, so the whole group fails fast.
+  FrameHeader h;
+  h.group = identity_.group;
+  h.src = identity_.rank;
+  for (auto& c : allConnections()) c->postAbort(h, e);
+}
+
+void Communicator::registerNotifier(Notifier* n) {
+  std::lock_guard<std::mutex> lock(notifMu_);
+  notifiers_.push_back(n);
+}
+
+void Communicator::unregisterNotifier(Notifier* n) {
+  std::lock_guard<std::mutex> lock(notifMu_);
+  std::erase(notifiers_, n);
+}
+
+std::vector<std::shared_ptr<Connection>> Communicator::allConnections() const {
+  std::vector<std::shared_ptr<Connection>> all;
+  for (const auto& p : peers_) {
+    std::lock_guard<std::mutex> lock(p->mu);
+    all.insert(all.end(), p->conns.begin(), p->conns.end());
+  }
+  return all;
+}
+
+size_t Communicator::numConnections() const {
+  size_t n = 0;
+  for (auto& c : allConnections()) n += c->ended() ? 0 : 1;
+  return n;
+}
+
+void Communicator::interruptConnections() {
+  for (auto& c : allConnections()) c->interrupt();
+}
+
+void Communicator::abort() {
+  poison(Error(ErrorKind::kAborted, strCat(selfName(), ": aborted (abort() was called)")));
+  stopThreads(false);
+}
+
+void Communicator::shutdown() { stopThreads(true); }
+
+void Communicator::stopThreads(bool graceful) {
+  std::lock_guard<std::mutex> life(lifeMu_);
+  if (stopped_) return;
+  if (graceful) {
+    // Let queued collectives finish, within a bound.
+    std::unique_lock<std::mutex> lock(qmu_);
+    bool idle = qcv_.wait_for(lock, kShutdownGrace, [&] { return queue_.empty() && running_ == 0; });
+    lock.unlock();
+    if (!idle) {
+      MCCL_LOG(kWarn, selfName(), ": shutdown with collectives still pending after ",
+               std::chrono::duration_cast<std::chrono::seconds>(kShutdownGrace).count(),
+               " s; aborting them");
+      poison(Error(ErrorKind::kAborted,
+                   strCat(selfName(), ": shut down while the operation was pending")));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(qmu_);
+    stopping_ = true;
+  }
+  qcv_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  {
+    std::lock_guard<std::mutex> lock(wdMu_);
+    wdStop_ = true;
+  }
+  wdCv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  if (listener_) listener_->stop();
+
+  auto conns = allConnections();
+  Deadline grace = Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace));
+  if (graceful && !poisoned()) {
+    FrameHeader h;
+    h.type = FrameType::kClose;
+    h.group = identity_.group;
+    h.src = identity_.rank;
+    for (auto& c : conns) c->postClose(h);
+    // Peers answer with their own CLOSE and EOF; a vanished peer gives EOF.
+    for (auto& c : conns) {
+      while (!c->finished() && !grace.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } else {
+    // Let queued ABORT frames reach the peers before the sockets go.
+    for (auto& c : conns) {
+      while (!c->sendFinished() && !c->ended() && !grace.expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+  for (auto& c : conns) c->close();
+  matching_->failAll(Error(ErrorKind::kAborted, strCat(selfName(), ": the communicator was shut down")));
+  stopped_ = true;
+}
+
+// ------------------------------------------------------------- connections
+
+SockAddr Communicator::addressOf(int peer, Deadline deadline) {
+  Peer& p = *peers_[static_cast<size_t>(peer)];
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.addr) return *p.addr;
+  }
+  std::vector<uint8_t> bytes;
+  {
+    std::lock_guard<std::mutex> lock(storeMu_);
+    auto left = deadline.isNever() ? cfg_.timeout
+                                   : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         deadline.time() - Clock::now());
+    if (left.count() <= 0) left = std::chrono::milliseconds(1);
+    try {
+      bytes = store_->get(addrKey(peer), left);
+    } catch (const Error& e) {
+      throwError(e.kind(), selfName(), ": cannot find the address of rank ", peer,
+                 " in the store: ", e.what());
+    } catch (const std::exception& e) {
+      throwError(ErrorKind::kRemote, selfName(), ": cannot find the address of rank ", peer,
+                 " in the store: ", e.what());
+    }
+  }
+  SockAddr a = SockAddr::parse(std::string(bytes.begin(), bytes.end()));
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.addr = a;
+  return a;
+}
+
+void Communicator::adopt(Socket sock, int peer, bool accepted) {
+  Peer& p = *peers_[static_cast<size_t>(peer)];
+  sock.setNoDelay();
+  sock.setBufferSizes(cfg_.socketBuffer);
+  if (accepted) {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.hostHint.empty()) p.hostHint = sock.peerAddr().host();
+  }
+  auto conn = std::make_shared<Connection>(std::move(sock), peer, *this,
+                                           static_cast<uint32_t>(cfg_.frameBytes),
+                                           strCat("connection to ", peerName(peer)));
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> life(qmu_);
+      stopping = stopping_;
+    }
+    if (stopping) {
+      // Too late to serve it: say why before closing, so the peer fails
+      // with the cause instead of "connection closed".
+      lateGoodbye(*conn);
+      return;
+    }
+    p.conns.push_back(conn);
+    conn->start();
+  }
+  p.cv.notify_all();
+  if (poisoned()) {
+    FrameHeader h;
+    h.group = identity_.group;
+    h.src = identity_.rank;
+    conn->postAbort(h, poisonError());
+  }
+}
+
+void Communicator::lateGoodbye(Connection& conn) {
+  FrameHeader h;
+  h.group = identity_.group;
+  h.src = identity_.rank;
+  if (poisoned()) {
+    conn.postAbort(h, poisonError());
+  } else {
+    h.type = FrameType::kClose;
+    conn.postClose(h);
+  }
+  conn.start();
+  Deadline limit = Deadline::after(std::chrono::milliseconds(500));
+  while (!conn.sendFinished() && !limit.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  conn.close();
+}
+
+std::vector<std::shared_ptr<Connection>> Communicator::connectionsTo(int peer, Deadline deadline) {
+  Peer& p = *peers_[static_cast<size_t>(peer)];
+  std::unique_lock<std::mutex> lock(p.mu);
+  for (;;) {
+    if (poisoned()) throw poisonError();
+    std::vector<std::shared_ptr<Connection>> live;
+    for (auto& c : p.conns) {
+      if (!c->ended() && !c->peerClosed()) live.push_back(c);
+    }
+    if (!live.empty()) return live;
+    if (p.closed) {
+      throwError(ErrorKind::kRemote, selfName(), ": ", peerName(peer),
+                 " has shut down its communicator (destroy_process_group or exit) "
+                 "but this rank still sends to it; did the ranks run different numbers of "
+                 "operations?");
+    }
+    if (!p.connecting) break;
+    if (deadline.isNever()) {
+      p.cv.wait(lock);
+    } else if (p.cv.wait_until(lock, deadline.time()) == std::cv_status::timeout) {
+      throwError(ErrorKind::kTimeout, selfName(), ": timed out waiting to connect to ",
+                 peerName(peer));
+    }
+  }
+  p.connecting = true;
+  lock.unlock();
+  try {
+    SockAddr addr = addressOf(peer, deadline);
+    for (int i = 0; i < cfg_.nsocksPerPeer; ++i) {
+      std::string what = strCat(selfName(), ": connection to ", peerName(peer));
+      Socket s = Socket::connect(addr, deadline, what);
+      try {
+        Deadline hs = deadline.earlier(Deadline::after(cfg_.handshakeTimeout));
+        handshakeAsConnector(s, identity_, static_cast<uint32_t>(peer), hs);
+      } catch (const Error& e) {
+        throwError(e.kind(), what, ": ", e.what());
+      }
+      adopt(std::move(s), peer, false);
+    }
+  } catch (...) {
+    lock.lock();
+    p.connecting = false;
+    p.cv.notify_all();
+    throw;
+  }
+  lock.lock();
+  p.connecting = false;
+  p.cv.notify_all();
+  std::vector<std::shared_ptr<Connection>> live;
+  for (auto& c : p.conns) {
+    if (!c->ended() && !c->peerClosed()) live.push_back(c);
+  }
+  MCCL_CHECK(!live.empty() || poisoned(), "no connection to ", peerName(peer), " after connecting");
+  if (live.empty()) throw poisonError();
+  return live;
+}
+
+void Communicator::postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,
+                            const void* data, Deadline deadline) {
+  std::vector<std::shared_ptr<Connection>> conns;
+  try {
+    conns = connectionsTo(req->peer, deadline);
+  } catch (const Error& e) {
+    req->finish(&e);
+    return;
+  }
+  const size_t bytes = req->bytes;
+  const size_t frame = cfg_.frameBytes;
+  const size_t frames = bytes == 0 ? 1 : (bytes + frame - 1) / frame;
+  req->setFrames(static_cast<int>(frames), req);
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t rr = peers_[static_cast<size_t>(req->peer)]->next.fetch_add(frames);
+  for (size_t i = 0; i < frames; ++i) {
+    FrameHeader h = tmpl;
+    h.type = FrameType::kData;
+    h.offset = i * frame;
+    h.length = static_cast<uint32_t>(std::min(frame, bytes - h.offset));
+    h.msgBytes = bytes;
+    SendFrame f;
+    encodeFrame(h, f.header);
+    f.payload = p + h.offset;
+    f.length = h.length;
+    f.cb = req.get();
+    conns[(rr + i) % conns.size()]->post(f);
+  }
+}
+
+// --------------------------------------------------------------- FrameSink
+
+void* Communicator::payloadDest(Connection& c, const FrameHeader& h) {
+  if (h.group != identity_.group) {
+    throwError(ErrorKind::kRemote, "frame of group ", h.group, " on a connection of group ",
+               identity_.group);
+  }
+  (void)c;
+  return matching_->incoming(h);
+}
+
+void Communicator::payloadDone(Connection&, const FrameHeader& h, void* dst) {
+  matching_->incomingDone(h, dst, true);
+}
+
+void Communicator::payloadAborted(Connection&, const FrameHeader& h, void* dst) {
+  matching_->incomingDone(h, dst, false);
+}
+
+void Communicator::control(Connection& c, const FrameHeader& h, const std::string& text) {
+  if (h.type == FrameType::kAbort) {
+    // Keep the peer's error kind (a mismatch stays a usage error), except that
+    // a peer's own abort() is, from here, a remote failure.
+    ErrorKind kind = ErrorKind::kRemote;
+    if (h.slot <= static_cast<uint32_t>(ErrorKind::kInternal)) kind = static_cast<ErrorKind>(h.slot);
+    if (kind == ErrorKind::kAborted) kind = ErrorKind::kRemote;
+    poison(Error(kind, strCat(selfName(), ": ", peerName(c.peer()),
+                              " failed and aborted the group: ", text)));
+    return;
+  }
+  // CLOSE: the peer is done with this group. Answer in kind so its socket
+  // sees our EOF promptly, then refuse further sends to it.
+  FrameHeader mine;
+  mine.type = FrameType::kClose;
+  mine.group = identity_.group;
+  mine.src = identity_.rank;
+  c.postClose(mine);
+}
+
+void Communicator::connectionEnded(Connection& c, const Error* err) {
+  Peer& p = *peers_[static_cast<size_t>(c.peer())];
+  if (err != nullptr) {
+    poison(Error(err->kind(), strCat(selfName(), ": ", err->what())));
+    return;
+  }
+  bool allClosed = true;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    for (auto& x : p.conns) {
+      if (x.get() != &c && !x->ended()) allClosed = false;
+    }
+    if (allClosed && c.peerClosed()) p.closed = true;
+  }
+  p.cv.notify_all();
+}
+
+// --------------------------------------------------------------------- ops
+
+std::shared_ptr<Work> Communicator::submit(const OpSignature& sig,
+                                           std::chrono::milliseconds timeout, Body body,
+                                           std::string description) {
+  std::lock_guard<std::mutex> lock(qmu_);
+  auto work = std::make_shared<Work>(strCat(selfName(), ": ", description, " #", nextSeq_));
+  if (stopping_) {
+    work->complete(std::make_exception_ptr(
+        Error(ErrorKind::kAborted, strCat(selfName(), ": ", work->description(),
+                                          " called after the communicator was shut down"))));
+    return work;
+  }
+  queue_.push_back(Task{nextSeq_++, sig, timeout, std::move(body), work});
+  qcv_.notify_all();  // shutdown() may wait on the same condition
+  return work;
+}
+
+void Communicator::workerLoop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(qmu_);
+      qcv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;  // stopping
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+      // Ops begin in sequence order: a frame is checked against the op with
+      // its sequence number.
+      if (!poisoned()) {
+        try {
+          matching_->beginOp(task.seq, task.sig);
+        } catch (const Error& e) {
+          lock.unlock();
+          poison(Error(e.kind(), strCat(selfName(), ": ", e.what())));
+          lock.lock();
+        }
+      }
+    }
+    runTask(task);
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      --running_;
+    }
+    qcv_.notify_all();
+  }
+}
+
+void Communicator::runTask(Task& task) {
+  std::exception_ptr error;
+  if (poisoned()) {
+    Error p = poisonError();
+    error = std::make_exception_ptr(Error(p.kind(), strCat(task.work->description(), " failed: ", p.what())));
+  } else {
+    auto timeout = task.timeout.count() > 0 ? task.timeout : cfg_.timeout;
+    OpContext ctx(*this, task.seq, task.sig, Deadline::after(timeout));
+    try {
+      task.body(ctx);
+      ctx.finish();
+    } catch (const Error& e) {
+      poison(e);
+      ctx.drain();
+      error = std::make_exception_ptr(Error(e.kind(), strCat(task.work->description(), " failed: ", e.what())));
+    } catch (const std::exception& e) {
+      Error err(ErrorKind::kInternal, strCat(selfName(), ": ", e.what()));
+      poison(err);
+      ctx.drain();
+      error = std::make_exception_ptr(Error(err.kind(), strCat(task.work->description(), " failed: ", err.what())));
+    }
+  }
+  matching_->endOp(task.seq);
+  task.work->complete(error);
+}
+
+// ---------------------------------------------------------- point-to-point
+
+void Communicator::p2pDone(const std::shared_ptr<Work>& work, Transfer& t) {
+  if (t.error() != nullptr) {
+    const Error& e = *t.error();
+    poison(e);
+    work->complete(std::make_exception_ptr(Error(e.kind(), strCat(work->description(), " failed: ", e.what()))));
+  } else {
+    if (t.peerRank() >= 0) work->setSourceRank(t.peerRank());
+    work->complete(nullptr);
+  }
+}
+
+std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* data, size_t bytes,
+                                         DataType dtype, uint64_t count) {
+  MCCL_USAGE_CHECK(peer >= 0 && peer < cfg_.size, selfName(), ": send to rank ", peer,
+                   " which is outside the group of ", cfg_.size);
+  MCCL_USAGE_CHECK(peer != cfg_.rank, selfName(), ": send to itself is not supported");
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(p2pMu_);
+    seq = sendCounter_[{peer, tag}]++;
+  }
+  auto work = std::make_shared<Work>(strCat(selfName(), ": send of ", count, " x ",
+                                            dtypeName(dtype), " with tag ", tag, " to ",
+                                            peerName(peer)));
+  if (poisoned()) {
+    Error p = poisonError();
+    work->complete(std::make_exception_ptr(
+        Error(p.kind(), strCat(work->description(), " failed: ", p.what()))));
+    return work;
+  }
+  auto req = std::make_shared<SendRequest>(peer, MsgKey{1, seq, tag, identity_.rank},
+                                           OpKind::kSendRecv, bytes);
+  req->onDone = [this, work](Transfer& t) { p2pDone(work, t); };
+  FrameHeader h;
+  h.flags = kFlagP2P;
+  h.group = identity_.group;
+  h.seq = seq;
+  h.slot = tag;
+  h.src = identity_.rank;
+  h.op = OpKind::kSendRecv;
+  h.dtype = dtype;
+  h.count = count;
+  Deadline deadline = Deadline::after(cfg_.timeout);
+  watch(deadline, req);
+  postSend(req, h, data, deadline);
+  return work;
+}
+
+std::shared_ptr<Work> Communicator::recv(int peer, uint32_t tag, void* data, size_t bytes,
+                                         DataType dtype, uint64_t count) {
+  MCCL_USAGE_CHECK(peer == kAnySource || (peer >= 0 && peer < cfg_.size), selfName(),
+                   ": receive from rank ", peer, " which is outside the group of ", cfg_.size);
+  MCCL_USAGE_CHECK(peer != cfg_.rank, selfName(), ": receive from itself is not supported");
+  OpSignature sig;
+  sig.op = OpKind::kSendRecv;
+  sig.dtype = dtype;
+  sig.count = count;
+  auto work = std::make_shared<Work>(strCat(
+      selfName(), ": receive of ", count, " x ", dtypeName(dtype), " with tag ", tag, " from ",
+      peer == kAnySource ? std::string("any rank") : peerName(peer)));
+  auto req = std::make_shared<RecvRequest>(
+      MsgKey{1, 0, tag, static_cast<uint32_t>(peer == kAnySource ? 0 : peer)}, data, bytes, sig);
+  req->onDone = [this, work](Transfer& t) { p2pDone(work, t); };
+  watch(Deadline::after(cfg_.timeout), req);
+  if (peer == kAnySource) {
+    matching_->postAnySource(req);
+  } else {
+    matching_->post(req);
+  }
+  return work;
+}
+
+void Communicator::watch(Deadline deadline, std::weak_ptr<Transfer> t) {
+  if (deadline.isNever()) return;
+  {
+    std::lock_guard<std::mutex> lock(wdMu_);
+    if (watched_.size() >= 1024) {
+      std::erase_if(watched_, [](const auto& kv) {
+        auto x = kv.second.lock();
+        return !x || x->done();
+      });
+    }
+    watched_.emplace(deadline.time(), std::move(t));
+  }
+  wdCv_.notify_all();
+}
+
+void Communicator::watchdogLoop() {
+  std::unique_lock<std::mutex> lock(wdMu_);
+  while (!wdStop_) {
+    // Forget transfers that finished; fail the first one past its deadline.
+    auto now = Clock::now();
+    while (!watched_.empty()) {
+      auto it = watched_.begin();
+      auto t = it->second.lock();
+      if (!t || t->done()) {
+        watched_.erase(it);
+        continue;
+      }
+      if (it->first > now) break;
+      watched_.erase(it);
+      std::string what = t->describe();
+      lock.unlock();
+      poison(Error(ErrorKind::kTimeout,
+                   strCat(selfName(), ": ", what, " did not complete within the group timeout of ",
+                          cfg_.timeout.count() / 1000.0, " s")));
+      lock.lock();
+    }
+    if (poisoned() && !watched_.empty()) watched_.clear();
+    if (watched_.empty()) {
+      wdCv_.wait(lock);
+    } else {
+      wdCv_.wait_until(lock, watched_.begin()->first);
+    }
+  }
+}
+
+}  // namespace mccl

@@ -1,0 +1,195 @@
+// Communicator: one group of ranks, its connections, its matching engine and
+// the workers that run its collectives.
+//
+// Bootstrap (create): each rank listens on an ephemeral port (or one from
+// MCCL_PORT_RANGE) of the chosen interface and publishes "host:port" in the
+// store; rank 0 publishes a random group id and job secret that every other
+// rank reads. No barrier: connections are opened lazily, on first use, and
+// authenticated by the handshake (transport/handshake.h).
+//
+// Ordering: submit() assigns each collective the next sequence number of the
+// group, in call order; up to MCCL_INFLIGHT_OPS workers run them, started in
+// sequence order, so several can be on the wire at once. Point-to-point
+// traffic has its own counters per (peer, tag) and never takes a sequence
+// number or a worker.
+//
+// Failure: the first error poisons the communicator. Every pending and later
+// operation fails with that error; peers are told with an ABORT frame so
+// they fail fast too. abort() and shutdown() join every thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/config.h"
+#include "comm/matching.h"
+#include "comm/scratch.h"
+#include "comm/signature.h"
+#include "comm/store.h"
+#include "comm/transfer.h"
+#include "comm/work.h"
+#include "transport/connection.h"
+#include "transport/handshake.h"
+#include "transport/listener.h"
+
+namespace mccl {
+
+class OpContext;
+
+class Communicator : public FrameSink, public std::enable_shared_from_this<Communicator> {
+ public:
+  using Body = std::function<void(OpContext&)>;
+
+  // Collective: every rank of the group calls it. Throws on bad config or
+  // when the store does not answer within config.timeout.
+  static std::shared_ptr<Communicator> create(std::shared_ptr<Store> store,
+                                              const CommConfig& config);
+  ~Communicator() override;
+
+  int rank() const { return cfg_.rank; }
+  int size() const { return cfg_.size; }
+  const CommConfig& config() const { return cfg_; }
+  const SockAddr& address() const { return listener_->address(); }
+  uint64_t groupId() const { return identity_.group; }
+  // "rank 2 (10.0.0.2:41000)"
+  std::string peerName(int rank) const;
+  // "mccl rank 1/4 in group 'default_pg'"
+  std::string selfName() const;
+
+  // Enqueues a collective; returns at once. `body` runs on a worker with an
+  // OpContext; `timeout` <= 0 means the group's. Thread-safe.
+  std::shared_ptr<Work> submit(const OpSignature& sig, std::chrono::milliseconds timeout,
+                               Body body, std::string description);
+
+  // Point-to-point, zero copy: `data` must stay valid until the Work
+  // completes. peer == kAnySource receives from whichever rank sends first.
+  static constexpr int kAnySource = -1;
+  std::shared_ptr<Work> send(int peer, uint32_t tag, const void* data, size_t bytes,
+                             DataType dtype, uint64_t count);
+  std::shared_ptr<Work> recv(int peer, uint32_t tag, void* data, size_t bytes, DataType dtype,
+                             uint64_t count);
+
+  // Fails everything with kAborted and joins all threads. Idempotent.
+  void abort();
+  // Waits (up to the group timeout) for queued collectives to finish, says
+  // goodbye to peers, then joins all threads. Idempotent.
+  void shutdown();
+
+  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  // The poisoning error; only valid when poisoned().
+  Error poisonError() const;
+  // Poisons the communicator (first error wins) and tells the peers.
+  void poison(const Error& e);
+
+  // ---- used by OpContext -------------------------------------------------
+  // Splits the message into frames (<= MCCL_FRAME_BYTES) striped over the
+  // connections to req->peer, connecting first if needed. `tmpl` carries
+  // everything but offset/length/msgBytes. Failures finish `req`.
+  void postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,
+                const void* data, Deadline deadline);
+  Matching& matching() { return *matching_; }
+  ScratchPool& scratch() { return scratch_; }
+  // Ops register the notifier they sleep on, so poison() can wake them.
+  void registerNotifier(Notifier* n);
+  void unregisterNotifier(Notifier* n);
+  // Shuts every connection's socket so blocked transfers fail now.
+  void interruptConnections();
+
+  // FrameSink (connection receive threads).
+  void* payloadDest(Connection& c, const FrameHeader& h) override;
+  void payloadDone(Connection& c, const FrameHeader& h, void* dst) override;
+  void payloadAborted(Connection& c, const FrameHeader& h, void* dst) override;
+  void control(Connection& c, const FrameHeader& h, const std::string& text) override;
+  void connectionEnded(Connection& c, const Error* err) override;
+
+  // Diagnostics for tests: open connections and unexpected bytes buffered.
+  size_t numConnections() const;
+
+ private:
+  struct Peer {
+    std::string hostHint;  // address seen on an accepted connection
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::shared_ptr<Connection>> conns;
+    std::optional<SockAddr> addr;
+    bool connecting = false;
+    bool closed = false;  // the peer shut down cleanly
+    std::atomic<uint64_t> next{0};  // round-robin over conns
+  };
+  struct Task {
+    uint64_t seq;
+    OpSignature sig;
+    std::chrono::milliseconds timeout;
+    Body body;
+    std::shared_ptr<Work> work;
+  };
+
+  Communicator(std::shared_ptr<Store> store, const CommConfig& config);
+  void bootstrap();
+  void workerLoop();
+  void runTask(Task& task);
+  void adopt(Socket sock, int peer, bool accepted);
+  void lateGoodbye(Connection& conn);
+  std::vector<std::shared_ptr<Connection>> connectionsTo(int peer, Deadline deadline);
+  SockAddr addressOf(int peer, Deadline deadline);
+  void stopThreads(bool graceful);
+  void watchdogLoop();
+  void watch(Deadline deadline, std::weak_ptr<Transfer> t);
+  void p2pDone(const std::shared_ptr<Work>& work, Transfer& t);
+  std::vector<std::shared_ptr<Connection>> allConnections() const;
+
+  const CommConfig cfg_;
+  std::shared_ptr<Store> store_;
+  Identity identity_;
+  std::string groupLabel_;
+  std::unique_ptr<Matching> matching_;
+  ScratchPool scratch_;
+  std::unique_ptr<Listener> listener_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+
+  // Ops.
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<Task> queue_;
+  uint64_t nextSeq_ = 0;
+  int running_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+
+  // p2p send counters per (peer, tag).
+  std::mutex p2pMu_;
+  std::map<std::pair<int, uint32_t>, uint64_t> sendCounter_;
+
+  // Notifiers of running ops.
+  std::mutex notifMu_;
+  std::vector<Notifier*> notifiers_;
+
+  // Store access is serialised (c10d stores are not all thread-safe).
+  std::mutex storeMu_;
+
+  // Deadlines of point-to-point transfers (collectives enforce their own).
+  std::mutex wdMu_;
+  std::condition_variable wdCv_;
+  std::multimap<Clock::time_point, std::weak_ptr<Transfer>> watched_;
+  bool wdStop_ = false;
+  std::thread watchdog_;
+
+  // Poison.
+  mutable std::mutex poisonMu_;
+  std::atomic<bool> poisoned_{false};
+  std::unique_ptr<Error> poison_;
+
+  std::mutex lifeMu_;  // serialises abort()/shutdown()
+  bool stopped_ = false;
+};
+
+}  // namespace mccl

@@ -1,0 +1,39 @@
+// Everything a communicator is configured with, snapshotted at creation.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace mccl {
+
+struct CommConfig {
+  int rank = 0;
+  int size = 1;
+  // For messages only: "group 'default_pg'".
+  std::string groupName = "group";
+  // Default deadline of an operation, counted from when it starts executing.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Host of the rendezvous (master) address; picks the default interface.
+  std::string routeHost;
+
+  // From the MCCL_* environment (util/params.def); see fromEnv().
+  std::string socketIfname;
+  std::string portRange;
+  int nsocksPerPeer = 1;
+  int socketBuffer = 0;
+  size_t chunkBytes = 1 << 20;
+  size_t frameBytes = 4 << 20;
+  size_t unexpectedBytes = 32 << 20;
+  size_t smallBytes = 64 << 10;
+  std::string algo;
+  int inflightOps = 2;
+  std::chrono::milliseconds handshakeTimeout{10000};
+
+  // Reads the MCCL_* variables; throws a usage error naming a bad value.
+  static CommConfig fromEnv(int rank, int size);
+  // Checks ranges; throws a usage error naming the setting.
+  void validate() const;
+};
+
+}  // namespace mccl

@@ -1,0 +1,317 @@
+#include "comm/matching.h"
+
+#include <cstring>
+
+#include "util/check.h"
+
+namespace mccl {
+
+Matching::Matching(Context ctx, size_t budgetBytes) : ctx_(std::move(ctx)), budget_(budgetBytes) {}
+
+Matching::~Matching() = default;
+
+size_t Matching::unexpectedBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unexpectedBytes_;
+}
+
+std::string Matching::mismatchText(uint64_t seq, const OpSignature& mine,
+                                   const FrameHeader& theirs) const {
+  return strCat("ranks disagree on collective #", seq, " of ", ctx_.group, ": this rank (",
+                ctx_.rank, ") called ", mine.describe(), " but ", ctx_.peerName(theirs.src),
+                " called ", OpSignature::describeFrame(theirs), "; the ", mine.difference(theirs));
+}
+
+void Matching::checkCollective(const FrameHeader& h) {
+  if (h.seq >= nextToStart_) return;  // an op this rank has not started yet
+  auto it = active_.find(h.seq);
+  if (it == active_.end()) {
+    throwError(ErrorKind::kUsage, "ranks disagree on the sequence of collectives in ", ctx_.group,
+               ": ", ctx_.peerName(h.src), " sent ", OpSignature::describeFrame(h), " #", h.seq,
+               " but this rank (", ctx_.rank, ") has already completed its collective #", h.seq);
+  }
+  if (!it->second.matches(h)) throwError(ErrorKind::kUsage, mismatchText(h.seq, it->second, h));
+}
+
+void Matching::validatePosted(const RecvRequest& req, const FrameHeader& h) const {
+  if (!h.isP2P()) {
+    if (h.msgBytes != req.bytes) {
+      throwError(ErrorKind::kUsage, ctx_.peerName(h.src), " sent ", h.msgBytes, " bytes for ",
+                 OpSignature::describeFrame(h), " #", h.seq, " slot ", h.slot,
+                 " but this rank (", ctx_.rank, ") expected ", req.bytes,
+                 " bytes; ranks disagree on the collective's sizes");
+    }
+    return;
+  }
+  if (h.msgBytes != req.bytes || h.dtype != req.sig.dtype) {
+    throwError(ErrorKind::kUsage, "send/recv mismatch in ", ctx_.group, ": ",
+               ctx_.peerName(h.src), " sent ", h.count, " x ", dtypeName(h.dtype), " (",
+               h.msgBytes, " bytes) with tag ", h.slot, " but this rank (", ctx_.rank,
+               ") posted a receive of ", req.sig.count, " x ", dtypeName(req.sig.dtype), " (",
+               req.bytes, " bytes)");
+  }
+}
+
+bool Matching::bindAnySource(const FrameHeader& h) {
+  for (auto it = anySource_.begin(); it != anySource_.end(); ++it) {
+    auto& req = *it;
+    if (req->key.slot != h.slot) continue;
+    uint64_t& next = recvCounter_[{h.src, h.slot}];
+    if (h.seq != next) return false;  // an earlier message of this pair is still due
+    ++next;
+    req->key.src = h.src;
+    req->key.seq = h.seq;
+    req->matched = true;
+    posted_[req->key] = req;
+    anySource_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+void Matching::account(const std::shared_ptr<RecvRequest>& req, size_t bytes, DoneList* done) {
+  req->received += bytes;
+  if (req->received == req->bytes) {
+    posted_.erase(req->key);
+    done->emplace_back(req, nullptr);
+  }
+}
+
+void Matching::finishAll(DoneList& done) {
+  for (auto& [req, err] : done) req->finish(err.get());
+  done.clear();
+}
+
+void* Matching::incoming(const FrameHeader& h) {
+  DoneList done;
+  void* dst = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const MsgKey key{static_cast<uint8_t>(h.isP2P() ? 1 : 0), h.seq, h.slot, h.src};
+    for (;;) {
+      if (poison_) throw *poison_;
+      if (!h.isP2P()) checkCollective(h);
+      auto it = posted_.find(key);
+      if (it == posted_.end() && h.isP2P() && bindAnySource(h)) it = posted_.find(key);
+      if (it != posted_.end()) {
+        const auto req = it->second;  // copy: account() may erase the map entry
+        validatePosted(*req, h);
+        if (h.length == 0) {
+          account(req, 0, &done);
+        } else {
+          ++req->inflight;
+          dst = req->dst + h.offset;
+        }
+        break;
+      }
+      if (h.length == 0 || unexpectedBytes_ + h.length <= budget_) {
+        Unexpected& u = unexpected_[key];
+        if (u.parts.empty() && u.arrival == 0) {
+          u.first = h;
+          u.arrival = ++arrivals_;
+        }
+        if (h.length > 0) {
+          u.parts.push_back({h.offset, h.length, std::unique_ptr<uint8_t[]>(new uint8_t[h.length]),
+                             false});
+          unexpectedBytes_ += h.length;
+          dst = u.parts.back().data.get();
+        }
+        break;
+      }
+      // Over budget: stop reading this socket until a receive is posted or
+      // buffered data is consumed (TCP back-pressure reaches the sender).
+      budgetCv_.wait(lock);
+    }
+  }
+  finishAll(done);
+  return dst;
+}
+
+bool Matching::settlePart(const MsgKey& key, void* dst, bool ok, DoneList* done) {
+  auto u = unexpected_.find(key);
+  if (u == unexpected_.end()) return false;
+  auto& parts = u->second.parts;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].data.get() != dst) continue;
+    const auto req = u->second.bound;
+    const bool keep = ok && !poison_;
+    if (keep && !req) {
+      parts[i].complete = true;  // waits for its receive to be posted
+      return true;
+    }
+    if (keep) {
+      std::memcpy(req->dst + parts[i].offset, parts[i].data.get(), parts[i].length);
+      account(req, parts[i].length, done);
+    }
+    unexpectedBytes_ -= parts[i].length;
+    parts.erase(parts.begin() + static_cast<long>(i));
+    if (parts.empty()) unexpected_.erase(u);
+    budgetCv_.notify_all();
+    return true;
+  }
+  return false;
+}
+
+void Matching::incomingDone(const FrameHeader& h, void* dst, bool ok) {
+  if (h.length == 0) return;
+  DoneList done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const MsgKey key{static_cast<uint8_t>(h.isP2P() ? 1 : 0), h.seq, h.slot, h.src};
+    if (!settlePart(key, dst, ok, &done)) {
+      // The payload went straight into a posted receive.
+      std::shared_ptr<RecvRequest> req;
+      if (auto p = posted_.find(key); p != posted_.end()) {
+        req = p->second;
+      } else {
+        auto f = failing_.find(key);
+        MCCL_CHECK(f != failing_.end(), "no receive for the frame ", h.describe());
+        req = f->second;
+      }
+      --req->inflight;
+      if (req->failedWith) {
+        if (req->inflight == 0) {
+          failing_.erase(key);
+          done.emplace_back(req, std::move(req->failedWith));
+        }
+      } else if (ok) {
+        account(req, h.length, &done);
+      }
+    }
+  }
+  finishAll(done);
+}
+
+void Matching::absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, DoneList* done) {
+  const FrameHeader& h = u.first;
+  validatePosted(*req, h);
+  size_t got = 0;
+  bool pending = false;
+  for (auto it = u.parts.begin(); it != u.parts.end();) {
+    if (!it->complete) {
+      pending = true;
+      ++it;
+      continue;
+    }
+    std::memcpy(req->dst + it->offset, it->data.get(), it->length);
+    got += it->length;
+    unexpectedBytes_ -= it->length;
+    it = u.parts.erase(it);
+  }
+  budgetCv_.notify_all();
+  if (pending) u.bound = req;
+  posted_[req->key] = req;
+  account(req, got, done);
+}
+
+void Matching::post(const std::shared_ptr<RecvRequest>& req) {
+  DoneList done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (poison_) {
+      done.emplace_back(req, std::make_unique<Error>(*poison_));
+    } else {
+      if (req->key.p2p) req->key.seq = recvCounter_[{req->key.src, req->key.slot}]++;
+      auto u = unexpected_.find(req->key);
+      if (u == unexpected_.end()) {
+        posted_[req->key] = req;
+        budgetCv_.notify_all();
+      } else {
+        absorb(req, u->second, &done);
+        if (u->second.parts.empty()) unexpected_.erase(u);
+      }
+    }
+  }
+  finishAll(done);
+}
+
+void Matching::postAnySource(const std::shared_ptr<RecvRequest>& req) {
+  DoneList done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req->anySource = true;
+    if (poison_) {
+      done.emplace_back(req, std::make_unique<Error>(*poison_));
+    } else {
+      // The earliest buffered message with this tag that is next in its pair's order.
+      auto best = unexpected_.end();
+      for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+        const MsgKey& k = it->first;
+        if (!k.p2p || k.slot != req->key.slot) continue;
+        if (k.seq != recvCounter_[{k.src, k.slot}]) continue;
+        if (best == unexpected_.end() || it->second.arrival < best->second.arrival) best = it;
+      }
+      if (best == unexpected_.end()) {
+        anySource_.push_back(req);
+      } else {
+        req->key = best->first;
+        req->matched = true;
+        ++recvCounter_[{req->key.src, req->key.slot}];
+        absorb(req, best->second, &done);
+        if (best->second.parts.empty()) unexpected_.erase(best);
+      }
+    }
+  }
+  finishAll(done);
+}
+
+bool Matching::cancel(const std::shared_ptr<RecvRequest>& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = anySource_.begin(); it != anySource_.end(); ++it) {
+    if (*it == req) {
+      anySource_.erase(it);
+      return true;
+    }
+  }
+  auto it = posted_.find(req->key);
+  if (it != posted_.end() && it->second == req && req->received == 0 && req->inflight == 0) {
+    posted_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+void Matching::beginOp(uint64_t seq, const OpSignature& sig) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MCCL_CHECK_EQ(seq, nextToStart_);
+  nextToStart_ = seq + 1;
+  active_[seq] = sig;
+  // Frames that arrived before this op started are checked now.
+  auto it = unexpected_.lower_bound(MsgKey{0, seq, 0, 0});
+  for (; it != unexpected_.end() && !it->first.p2p && it->first.seq == seq; ++it) {
+    if (!sig.matches(it->second.first)) {
+      throwError(ErrorKind::kUsage, mismatchText(seq, sig, it->second.first));
+    }
+  }
+}
+
+void Matching::endOp(uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(seq);
+}
+
+void Matching::failAll(const Error& e) {
+  DoneList done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!poison_) poison_ = std::make_unique<Error>(e);
+    for (auto& [key, req] : posted_) {
+      if (req->inflight == 0) {
+        done.emplace_back(req, std::make_unique<Error>(*poison_));
+      } else {
+        // A receive thread is writing into its memory: finish it when it stops.
+        req->failedWith = std::make_unique<Error>(*poison_);
+        failing_[key] = req;
+      }
+    }
+    for (auto& req : anySource_) done.emplace_back(req, std::make_unique<Error>(*poison_));
+    posted_.clear();
+    anySource_.clear();
+    // Buffered parts stay until their reads settle (a thread may be writing
+    // into one); they are freed with the engine.
+  }
+  budgetCv_.notify_all();
+  finishAll(done);
+}
+
+}  // namespace mccl

@@ -1,0 +1,105 @@
+// The matching engine: pairs incoming frames with posted receives.
+//
+// Frames that arrive before their receive is posted are buffered
+// ("unexpected"), up to a byte budget; past it the receive thread waits,
+// which stops reading the socket and lets TCP push back on the sender.
+// Collective frames are checked against the signature of this rank's op with
+// the same sequence number, so ranks that disagree on a collective get an
+// error naming both sides instead of a hang or corrupted memory.
+//
+// Threads: incoming()/incomingDone() run on connection receive threads;
+// beginOp()/endOp() on op workers, in sequence order; post*() on any thread.
+// Transfers are finished outside the engine's lock.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/transfer.h"
+#include "transport/frame.h"
+
+namespace mccl {
+
+class Matching {
+ public:
+  struct Context {
+    int rank = 0;
+    int size = 1;
+    std::string group;                       // for messages: "group 'default_pg'"
+    std::function<std::string(int)> peerName;  // "rank 2 (10.0.0.2:41000)"
+  };
+
+  Matching(Context ctx, size_t budgetBytes);
+  ~Matching();
+
+  // Receive thread: where the payload of `h` goes (null if h.length == 0).
+  // Throws mccl::Error on a mismatch or when poisoned.
+  void* incoming(const FrameHeader& h);
+  // The payload arrived (ok) or its read failed (!ok); either way nothing
+  // more is written to dst. A failed receive is finished only once no payload
+  // is in flight into its memory, so callers may free it when it completes.
+  void incomingDone(const FrameHeader& h, void* dst, bool ok);
+
+  // Op workers, strictly in sequence order.
+  void beginOp(uint64_t seq, const OpSignature& sig);
+  void endOp(uint64_t seq);
+
+  // Posts a receive from a specific rank. For p2p receives key.seq is
+  // assigned here from the per-(source, tag) counter.
+  void post(const std::shared_ptr<RecvRequest>& req);
+  // Posts a p2p receive from any rank with tag req->key.slot.
+  void postAnySource(const std::shared_ptr<RecvRequest>& req);
+  // Withdraws a receive that has not matched yet (returns false if it has).
+  bool cancel(const std::shared_ptr<RecvRequest>& req);
+
+  // Fails every posted receive with `e` and makes later calls fail.
+  void failAll(const Error& e);
+
+  size_t unexpectedBytes() const;
+
+ private:
+  struct Part {
+    uint64_t offset;
+    uint32_t length;
+    std::unique_ptr<uint8_t[]> data;
+    bool complete;
+  };
+  struct Unexpected {
+    FrameHeader first;  // the first frame's header (signature, sizes)
+    uint64_t arrival = 0;
+    std::vector<Part> parts;
+    std::shared_ptr<RecvRequest> bound;  // posted while a part was in flight
+  };
+  using DoneList = std::vector<std::pair<std::shared_ptr<RecvRequest>, std::unique_ptr<Error>>>;
+
+  void checkCollective(const FrameHeader& h);
+  std::string mismatchText(uint64_t seq, const OpSignature& mine, const FrameHeader& theirs) const;
+  void validatePosted(const RecvRequest& req, const FrameHeader& h) const;
+  bool bindAnySource(const FrameHeader& h);
+  void absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, DoneList* done);
+  bool settlePart(const MsgKey& key, void* dst, bool ok, DoneList* done);
+  void account(const std::shared_ptr<RecvRequest>& req, size_t bytes, DoneList* done);
+  static void finishAll(DoneList& done);
+
+  const Context ctx_;
+  const size_t budget_;
+  mutable std::mutex mu_;
+  std::condition_variable budgetCv_;
+  std::unique_ptr<Error> poison_;
+  std::map<MsgKey, std::shared_ptr<RecvRequest>> posted_;
+  std::map<MsgKey, std::shared_ptr<RecvRequest>> failing_;  // failed, payload in flight
+  std::map<MsgKey, Unexpected> unexpected_;
+  std::vector<std::shared_ptr<RecvRequest>> anySource_;  // FIFO
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> recvCounter_;  // (src, tag) -> next
+  std::map<uint64_t, OpSignature> active_;
+  uint64_t nextToStart_ = 0;
+  uint64_t arrivals_ = 0;
+  size_t unexpectedBytes_ = 0;
+};
+
+}  // namespace mccl

@@ -1,0 +1,287 @@
+#include "transport/connection.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstring>
+
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace mccl {
+namespace {
+
+constexpr size_t kReadBuffer = 256 * 1024;
+constexpr size_t kDirectReadMin = 64 * 1024;  // larger remainders skip the buffer
+constexpr int kMaxBatch = 64;
+
+}  // namespace
+
+Connection::Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPayload,
+                       std::string name)
+    : sock_(std::move(sock)),
+      peer_(peer),
+      peerAddr_(sock_.peerAddr()),
+      sink_(sink),
+      maxPayload_(maxPayload),
+      name_(std::move(name)),
+      rbuf_(kReadBuffer) {}
+
+Connection::~Connection() { close(); }
+
+void Connection::start() {
+  recvThread_ = std::thread([this] { recvLoop(); });
+  sendThread_ = std::thread([this] { sendLoop(); });
+}
+
+void Connection::post(SendFrame frame) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (error_ || stopping_ || closeQueued_) {
+    Error e = error_ ? *error_
+                     : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
+    lock.unlock();
+    if (frame.cb) frame.cb->sendDone(&e);
+    return;
+  }
+  queue_.push_back(frame);
+  if (queue_.size() == 1) cv_.notify_one();
+}
+
+void Connection::postClose(const FrameHeader& h) {
+  SendFrame f;
+  encodeFrame(h, f.header);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closeQueued_ || error_ || stopping_) return;
+  queue_.push_back(f);
+  closeQueued_ = true;
+  cv_.notify_one();
+}
+
+void Connection::postAbort(const FrameHeader& h, const Error& why) {
+  std::deque<SendFrame> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_ || stopping_ || !abortText_.empty()) return;
+    dropped.swap(queue_);
+    abortText_ = std::string(why.what()).substr(0, kMaxAbortMessage);
+    FrameHeader a = h;
+    a.type = FrameType::kAbort;
+    a.slot = static_cast<uint32_t>(why.kind());  // the receiver re-raises the same kind
+    a.length = static_cast<uint32_t>(abortText_.size());
+    SendFrame f;
+    encodeFrame(a, f.header);
+    f.payload = abortText_.data();
+    f.length = abortText_.size();
+    queue_.push_back(f);
+    closeQueued_ = true;
+  }
+  cv_.notify_one();
+  for (auto& f : dropped) {
+    if (f.cb) f.cb->sendDone(&why);
+  }
+}
+
+void Connection::interrupt() {
+  interrupted_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  sock_.shutdownBoth();
+}
+
+void Connection::close() {
+  interrupt();
+  if (recvThread_.joinable()) recvThread_.join();
+  if (sendThread_.joinable()) sendThread_.join();
+  // Frames still queued never reached the wire.
+  std::deque<SendFrame> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(queue_);
+  }
+  Error e(ErrorKind::kAborted, strCat(name_, " was closed"));
+  for (auto& f : left) {
+    if (f.cb) f.cb->sendDone(&e);
+  }
+}
+
+void Connection::fail(const Error& e) {
+  std::deque<SendFrame> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::make_unique<Error>(e);
+    left.swap(queue_);
+  }
+  cv_.notify_all();
+  sock_.shutdownBoth();
+  for (auto& f : left) {
+    if (f.cb) f.cb->sendDone(&e);
+  }
+  reportEnd(&e);
+}
+
+void Connection::reportEnd(const Error* err) {
+  if (!ended_.exchange(true)) sink_.connectionEnded(*this, err);
+}
+
+void Connection::sendLoop() {
+  std::vector<SendFrame> batch;
+  batch.reserve(kMaxBatch);
+  iovec iov[2 * kMaxBatch];
+  for (;;) {
+    bool halfClose = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || error_; });
+      if (stopping_ || error_) break;
+      while (!queue_.empty() && static_cast<int>(batch.size()) < kMaxBatch) {
+        batch.push_back(queue_.front());
+        queue_.pop_front();
+      }
+      halfClose = closeQueued_ && queue_.empty();
+    }
+    int n = 0;
+    for (auto& f : batch) {
+      iov[n++] = {f.header, kFrameHeaderBytes};
+      if (f.length > 0) iov[n++] = {const_cast<void*>(f.payload), f.length};
+    }
+    try {
+      sock_.sendIov(iov, n);
+    } catch (const Error& e) {
+      Error err(e.kind(), strCat(name_, ": ", e.what()));
+      for (auto& f : batch) {
+        if (f.cb) f.cb->sendDone(&err);
+      }
+      batch.clear();
+      if (!interrupted_.load()) fail(err);
+      break;
+    }
+    for (auto& f : batch) {
+      if (f.cb) f.cb->sendDone(nullptr);
+    }
+    batch.clear();
+    if (halfClose) {
+      ::shutdown(sock_.fd(), SHUT_WR);
+      break;
+    }
+  }
+  sendDone_.store(true);
+}
+
+void Connection::fill(size_t need) {
+  // Ensure `need` contiguous bytes are buffered at rstart_.
+  if (rend_ - rstart_ >= need) return;
+  if (rstart_ > 0) {
+    std::memmove(rbuf_.data(), rbuf_.data() + rstart_, rend_ - rstart_);
+    rend_ -= rstart_;
+    rstart_ = 0;
+  }
+  while (rend_ < need) {
+    size_t n = sock_.recvSome(rbuf_.data() + rend_, rbuf_.size() - rend_);
+    if (n == 0) {
+      if (rend_ == 0) throw std::out_of_range("eof");  // clean EOF at a frame boundary
+      throwError(ErrorKind::kRemote, "connection closed in the middle of a frame (",
+                 rend_, " of ", need, " bytes)");
+    }
+    rend_ += n;
+  }
+}
+
+template <typename F>
+void Connection::sinkCall(F&& f) {
+  try {
+    f();
+  } catch (...) {
+    protocolFault_ = true;
+    throw;
+  }
+}
+
+bool Connection::readFrame() {
+  try {
+    fill(kFrameHeaderBytes);
+  } catch (const std::out_of_range&) {
+    return false;
+  }
+  FrameHeader h;
+  std::string why;
+  if (!decodeFrame(rbuf_.data() + rstart_, maxPayload_, &h, &why)) {
+    protocolFault_ = true;
+    throwError(ErrorKind::kRemote, name_, ": malformed frame: ", why);
+  }
+  rstart_ += kFrameHeaderBytes;
+  if (h.src != static_cast<uint32_t>(peer_)) {
+    protocolFault_ = true;
+    throwError(ErrorKind::kRemote, name_, ": frame claims to come from rank ", h.src);
+  }
+  if (h.type != FrameType::kData) {
+    std::string text;
+    if (h.length > 0) {
+      fill(h.length);  // bounded by kMaxAbortMessage < kReadBuffer
+      text.assign(reinterpret_cast<const char*>(rbuf_.data() + rstart_), h.length);
+      rstart_ += h.length;
+    }
+    if (h.type == FrameType::kClose) peerClosed_.store(true);
+    sinkCall([&] { sink_.control(*this, h, text); });
+    return true;
+  }
+  uint8_t* base = nullptr;
+  sinkCall([&] { base = static_cast<uint8_t*>(sink_.payloadDest(*this, h)); });
+  uint8_t* dst = base;
+  size_t left = h.length;
+  try {
+    size_t buffered = std::min(left, rend_ - rstart_);
+    if (buffered > 0) {
+      std::memcpy(dst, rbuf_.data() + rstart_, buffered);
+      rstart_ += buffered;
+      left -= buffered;
+      dst += buffered;
+    }
+    if (left >= kDirectReadMin) {
+      if (!sock_.recvAll(dst, left)) {
+        throwError(ErrorKind::kRemote, "connection closed in the middle of a frame payload");
+      }
+    } else if (left > 0) {
+      fill(left);
+      std::memcpy(dst, rbuf_.data() + rstart_, left);
+      rstart_ += left;
+    }
+  } catch (...) {
+    sink_.payloadAborted(*this, h, base);
+    throw;
+  }
+  sinkCall([&] { sink_.payloadDone(*this, h, base); });
+  return true;
+}
+
+void Connection::recvLoop() {
+  try {
+    while (readFrame()) {
+    }
+    // Clean EOF at a frame boundary.
+    if (peerClosed_.load() || interrupted_.load()) {
+      reportEnd(nullptr);
+    } else {
+      fail(Error(ErrorKind::kRemote,
+                 strCat(name_, ": the peer closed the connection without shutting down "
+                               "(its process exited or crashed)")));
+    }
+  } catch (const Error& e) {
+    if (interrupted_.load()) {
+      reportEnd(nullptr);
+    } else if (protocolFault_) {
+      // The bytes were fine but their meaning was not (a mismatch, a bad
+      // header): keep the socket so the ABORT that follows reaches the peer.
+      reportEnd(&e);
+    } else {
+      fail(Error(e.kind(), strCat(name_, ": ", e.what())));
+    }
+  } catch (const std::exception& e) {
+    fail(Error(ErrorKind::kSystem, strCat(name_, ": ", e.what())));
+  }
+  recvDone_.store(true);
+}
+
+}  // namespace mccl

@@ -1,0 +1,136 @@
+// One authenticated TCP connection to a peer, carrying frames both ways.
+//
+// Threads: each Connection owns a receive thread and a send thread.
+//  - The receive thread reads headers, validates them (decodeFrame), asks the
+//    FrameSink where the payload goes and reads it there directly (zero copy
+//    into posted buffers). FrameSink callbacks run on this thread.
+//  - The send thread writes queued frames with sendmsg(2), batching small
+//    ones, and calls each frame's SendCallback once its bytes are in the
+//    kernel (after which the caller may reuse the payload memory).
+//
+// Failure: the first error (I/O, malformed frame, sink exception) is reported
+// once through FrameSink::connectionEnded, the socket is shut down, and every
+// queued frame's callback receives the error. Nothing blocks forever: close()
+// unblocks and joins both threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/frame.h"
+#include "transport/socket.h"
+#include "util/error.h"
+
+namespace mccl {
+
+class Connection;
+
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  // A validated DATA header; returns memory for h.length payload bytes (null
+  // when h.length is 0). May block (back-pressure). Throws to fail the link.
+  virtual void* payloadDest(Connection& c, const FrameHeader& h) = 0;
+  // The payload of `h` now lies in `dst`.
+  virtual void payloadDone(Connection& c, const FrameHeader& h, void* dst) = 0;
+  // Reading the payload into `dst` failed; nothing more will be written there.
+  virtual void payloadAborted(Connection& c, const FrameHeader& h, void* dst) = 0;
+  // A CLOSE or ABORT frame; `text` is an ABORT's reason.
+  virtual void control(Connection& c, const FrameHeader& h, const std::string& text) = 0;
+  // Called exactly once when the connection ends: err is null after the
+  // peer's CLOSE and a clean EOF (or after our own close), else the cause.
+  virtual void connectionEnded(Connection& c, const Error* err) = 0;
+};
+
+class SendCallback {
+ public:
+  virtual ~SendCallback() = default;
+  // Called once per frame on the send thread (or the posting thread when the
+  // connection is already down): err is null when the bytes are written.
+  virtual void sendDone(const Error* err) = 0;
+};
+
+struct SendFrame {
+  uint8_t header[kFrameHeaderBytes];
+  const void* payload = nullptr;
+  size_t length = 0;
+  SendCallback* cb = nullptr;
+};
+
+class Connection {
+ public:
+  Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPayload, std::string name);
+  ~Connection();
+
+  void start();
+  int peer() const { return peer_; }
+  const SockAddr& peerAddr() const { return peerAddr_; }
+  const std::string& name() const { return name_; }
+
+  // Queues a frame; thread-safe. If the connection is down the callback gets
+  // the connection's error before post() returns.
+  void post(SendFrame frame);
+  // Queues a CLOSE frame and, after it, half-closes the socket.
+  void postClose(const FrameHeader& closeHeader);
+  // Drops every queued frame (their callbacks get `why`), sends an ABORT
+  // frame carrying `why` next, then half-closes the socket.
+  void postAbort(const FrameHeader& abortHeader, const Error& why);
+  // Whether the connection has ended (reported through connectionEnded).
+  bool ended() const { return ended_.load(); }
+  // Whether the peer announced a clean shutdown.
+  bool peerClosed() const { return peerClosed_.load(); }
+  // Whether both threads have finished.
+  bool finished() const { return recvDone_.load() && sendDone_.load(); }
+  // Whether the send thread has finished (after a CLOSE or ABORT, once it is out).
+  bool sendFinished() const { return sendDone_.load(); }
+
+  // Unblocks both threads (shutdown(2)); does not join. Any thread.
+  void interrupt();
+  // interrupt() + join. Not from this connection's own threads.
+  void close();
+
+ private:
+  void recvLoop();
+  void sendLoop();
+  bool readFrame();  // false on clean EOF
+  template <typename F>
+  void sinkCall(F&& f);  // marks exceptions from the sink as protocol faults
+  void fill(size_t need);
+  void fail(const Error& e);
+  void reportEnd(const Error* err);
+
+  Socket sock_;
+  const int peer_;
+  SockAddr peerAddr_;
+  FrameSink& sink_;
+  const uint32_t maxPayload_;
+  const std::string name_;
+
+  // Receive side (receive thread only).
+  std::vector<uint8_t> rbuf_;
+  bool protocolFault_ = false;
+  size_t rstart_ = 0, rend_ = 0;
+
+  // Send side.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SendFrame> queue_;
+  bool closeQueued_ = false;
+  std::string abortText_;  // payload of a queued ABORT frame
+  bool stopping_ = false;
+  std::unique_ptr<Error> error_;  // first failure, guarded by mu_
+
+  std::atomic<bool> peerClosed_{false};
+  std::atomic<bool> ended_{false};
+  std::atomic<bool> interrupted_{false};
+  std::atomic<bool> recvDone_{false}, sendDone_{false};
+  std::thread recvThread_, sendThread_;
+};
+
+}  // namespace mccl

@@ -1,0 +1,71 @@
+// Connection handshake: proves that both ends belong to the same job and
+// group without sending the job secret.
+//
+//   acceptor  -> connector  HelloA   magic, version, nonceA
+//   connector -> acceptor   HelloC   magic, version, group, src, dst, size,
+//                                    nonceC, HMAC(secret, "C"|nonceA|nonceC|ids)
+//   acceptor  -> connector  Ack      magic, version, HMAC(secret, "A"|nonceC|nonceA|ids)
+//
+// The acceptor closes the socket, without a reply, on anything unexpected,
+// so a stranger learns nothing. The connector side is a blocking call; the
+// acceptor side is a small state machine driven by the listener's poll loop.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "transport/socket.h"
+#include "util/sha256.h"
+
+namespace mccl {
+
+using Secret = std::array<uint8_t, 32>;
+
+struct Identity {
+  uint64_t group = 0;
+  uint32_t rank = 0;
+  uint32_t size = 0;
+  Secret secret{};
+};
+
+constexpr size_t kHelloABytes = 24;
+constexpr size_t kHelloCBytes = 80;
+constexpr size_t kAckBytes = 40;
+
+// Connector side. Throws kRemote (rejected, wrong job, closed) or kTimeout.
+void handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
+                          Deadline deadline);
+
+class AcceptorHandshake {
+ public:
+  enum class State { kSendHello, kReadHelloC, kSendAck, kDone, kFailed };
+
+  explicit AcceptorHandshake(const Identity& self);
+
+  // Bytes to write now (HelloA or Ack) and how much of them was written.
+  const uint8_t* pendingOutput(size_t* len) const;
+  void consumedOutput(size_t n);
+  // Feeds bytes read from the socket; returns how many it took.
+  size_t feed(const uint8_t* data, size_t len);
+
+  State state() const { return state_; }
+  uint32_t peerRank() const { return peerRank_; }
+  const std::string& failure() const { return failure_; }
+
+ private:
+  void verifyHelloC();
+  void fail(std::string why);
+
+  const Identity& self_;
+  State state_ = State::kSendHello;
+  uint8_t nonceA_[16];
+  uint8_t out_[kAckBytes > kHelloABytes ? kAckBytes : kHelloABytes];
+  size_t outLen_ = 0, outDone_ = 0;
+  uint8_t in_[kHelloCBytes];
+  size_t inLen_ = 0;
+  uint32_t peerRank_ = 0;
+  std::string failure_;
+};
+
+}  // namespace mccl

@@ -1,0 +1,187 @@
+#include "transport/listener.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "util/check.h"
+
+namespace mccl {
+namespace {
+
+constexpr int kMaxPendingHandshakes = 128;
+
+struct Pending {
+  Socket sock;
+  SockAddr from;
+  std::unique_ptr<AcceptorHandshake> hs;
+  Deadline deadline;
+};
+
+bool parseRange(const std::string& range, int* lo, int* hi) {
+  size_t dash = range.find('-');
+  if (dash == std::string::npos) return false;
+  try {
+    *lo = std::stoi(range.substr(0, dash));
+    *hi = std::stoi(range.substr(dash + 1));
+  } catch (const std::exception&) {
+    return false;
+  }
+  return *lo > 0 && *hi <= 65535 && *lo <= *hi;
+}
+
+}  // namespace
+
+Listener::Listener(const SockAddr& addr, const std::string& portRange, const Identity& self,
+                   std::chrono::milliseconds handshakeTimeout, OnPeer onPeer,
+                   std::string logPrefix)
+    : self_(self),
+      handshakeTimeout_(handshakeTimeout),
+      onPeer_(std::move(onPeer)),
+      logPrefix_(std::move(logPrefix)) {
+  SockAddr bindAddr = addr;
+  if (portRange.empty()) {
+    bindAddr.setPort(0);
+    if (!Socket::tryListen(bindAddr, 512, &sock_)) {
+      throwError(ErrorKind::kSystem, logPrefix_, "cannot listen on ", bindAddr.host(), ": ",
+                 errnoString(errno));
+    }
+  } else {
+    int lo = 0, hi = 0;
+    MCCL_USAGE_CHECK(parseRange(portRange, &lo, &hi), "MCCL_PORT_RANGE=", portRange,
+                     " is not LOW-HIGH with 1 <= LOW <= HIGH <= 65535");
+    bool ok = false;
+    for (int p = lo; p <= hi && !ok; ++p) {
+      bindAddr.setPort(p);
+      ok = Socket::tryListen(bindAddr, 512, &sock_);
+    }
+    MCCL_USAGE_CHECK(ok, logPrefix_, "no free port in MCCL_PORT_RANGE=", portRange, " on ",
+                     bindAddr.host());
+  }
+  addr_ = sock_.localAddr();
+  sock_.setNonBlocking(true);
+  int fds[2];
+  if (::pipe(fds) != 0) throwError(ErrorKind::kSystem, "pipe failed: ", errnoString(errno));
+  wakeRead_ = fds[0];
+  wakeWrite_ = fds[1];
+  ::fcntl(wakeRead_, F_SETFD, FD_CLOEXEC);
+  ::fcntl(wakeWrite_, F_SETFD, FD_CLOEXEC);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Listener::~Listener() {
+  stop();
+  if (wakeRead_ >= 0) ::close(wakeRead_);
+  if (wakeWrite_ >= 0) ::close(wakeWrite_);
+}
+
+void Listener::stop() {
+  if (!stop_.exchange(true)) {
+    char b = 1;
+    ssize_t rc = ::write(wakeWrite_, &b, 1);
+    (void)rc;
+  }
+  if (thread_.joinable()) thread_.join();
+  sock_.close();
+}
+
+void Listener::loop() {
+  std::vector<Pending> pending;
+  auto reject = [&](Pending& p, const std::string& why) {
+    ++rejected_;
+    uint64_t dropped = 0;
+    if (rejectLog_.allow(&dropped)) {
+      MCCL_LOG(kWarn, logPrefix_, "rejected a connection from ", p.from.toString(), ": ", why,
+               dropped ? strCat(" (", dropped, " similar messages suppressed)") : std::string());
+    }
+    p.sock.close();
+  };
+  while (!stop_.load()) {
+    std::vector<pollfd> fds;
+    fds.push_back({wakeRead_, POLLIN, 0});
+    fds.push_back({sock_.fd(), POLLIN, 0});
+    Deadline next = Deadline::never();
+    for (auto& p : pending) {
+      size_t outLen = 0;
+      p.hs->pendingOutput(&outLen);
+      short ev = outLen > 0 ? POLLOUT : POLLIN;
+      fds.push_back({p.sock.fd(), ev, 0});
+      next = next.earlier(p.deadline);
+    }
+    int rc = ::poll(fds.data(), fds.size(), next.pollTimeoutMs());
+    if (rc < 0 && errno != EINTR) {
+      MCCL_LOG(kError, logPrefix_, "listener poll failed: ", errnoString(errno));
+      return;
+    }
+    if (stop_.load()) break;
+    // Progress the handshakes in flight.
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending& p = pending[i];
+      short re = fds[i + 2].revents;
+      try {
+        if (re & (POLLERR | POLLHUP | POLLNVAL)) {
+          if (!(re & POLLIN)) throwError(ErrorKind::kRemote, "closed during the handshake");
+        }
+        if (re & POLLOUT) {
+          size_t len = 0;
+          const uint8_t* out = p.hs->pendingOutput(&len);
+          ssize_t n = ::send(p.sock.fd(), out, len, MSG_NOSIGNAL);
+          if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            throwError(ErrorKind::kRemote, "send failed: ", errnoString(errno));
+          }
+          if (n > 0) p.hs->consumedOutput(static_cast<size_t>(n));
+        } else if (re & POLLIN) {
+          uint8_t buf[kHelloCBytes];
+          ssize_t n = ::recv(p.sock.fd(), buf, sizeof(buf), 0);
+          if (n == 0) throwError(ErrorKind::kRemote, "closed during the handshake");
+          if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            throwError(ErrorKind::kRemote, "receive failed: ", errnoString(errno));
+          }
+          if (n > 0) p.hs->feed(buf, static_cast<size_t>(n));
+        }
+        if (p.hs->state() == AcceptorHandshake::State::kFailed) {
+          throwError(ErrorKind::kRemote, p.hs->failure());
+        }
+        if (p.deadline.expired() && p.hs->state() != AcceptorHandshake::State::kDone) {
+          throwError(ErrorKind::kTimeout, "no valid handshake within ",
+                     handshakeTimeout_.count(), " ms");
+        }
+      } catch (const Error& e) {
+        reject(p, e.what());
+      }
+      if (p.sock.valid() && p.hs->state() == AcceptorHandshake::State::kDone) {
+        p.sock.setNonBlocking(false);
+        uint32_t peer = p.hs->peerRank();
+        MCCL_LOG(kDebug, logPrefix_, "accepted rank ", peer, " from ", p.from.toString());
+        onPeer_(std::move(p.sock), peer);
+      }
+    }
+    std::erase_if(pending, [](const Pending& p) { return !p.sock.valid(); });
+    // Accept new connections.
+    if (fds[1].revents & POLLIN) {
+      for (;;) {
+        SockAddr from;
+        from.len = sizeof(from.storage);
+        int fd = ::accept(sock_.fd(), from.sa(), &from.len);
+        if (fd < 0) break;
+        Pending p{Socket(fd), from, std::make_unique<AcceptorHandshake>(self_),
+                  Deadline::after(handshakeTimeout_)};
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+        p.sock.setNonBlocking(true);
+        if (static_cast<int>(pending.size()) >= kMaxPendingHandshakes) {
+          // Evict the oldest: a real peer finishes in milliseconds, so under a
+          // flood of silent connections the oldest one is the flood's.
+          reject(pending.front(), "too many handshakes in progress; dropped the oldest");
+          pending.erase(pending.begin());
+        }
+        pending.push_back(std::move(p));
+      }
+    }
+  }
+}
+
+}  // namespace mccl

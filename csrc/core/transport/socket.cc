@@ -1,0 +1,235 @@
+#include "transport/socket.h"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace mccl {
+
+namespace {
+
+#if defined(MSG_NOSIGNAL)
+constexpr int kSendFlags = MSG_NOSIGNAL;
+#else
+constexpr int kSendFlags = 0;  // macOS: SO_NOSIGPIPE is set per socket
+#endif
+
+void noSigpipe(int fd) {
+#if defined(SO_NOSIGPIPE)
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one));
+#else
+  (void)fd;
+#endif
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+bool waitReady(int fd, short events, Deadline deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, deadline.pollTimeoutMs());
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) throwError(ErrorKind::kSystem, "poll failed: ", errnoString(errno));
+  }
+}
+
+ErrorKind kindFor(int err) {
+  return (err == ECONNRESET || err == EPIPE || err == ECONNABORTED || err == ETIMEDOUT ||
+          err == EHOSTUNREACH || err == ENETUNREACH)
+             ? ErrorKind::kRemote
+             : ErrorKind::kSystem;
+}
+
+}  // namespace
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    close();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+bool Socket::tryListen(const SockAddr& addr, int backlog, Socket* out) {
+  int fd = ::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throwError(ErrorKind::kSystem, "socket() failed: ", errnoString(errno));
+  Socket s(fd);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, addr.sa(), addr.len) != 0) return false;
+  if (::listen(fd, backlog) != 0) return false;
+  *out = std::move(s);
+  return true;
+}
+
+Socket Socket::connect(const SockAddr& addr, Deadline deadline, const std::string& what) {
+  int fd = ::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throwError(ErrorKind::kSystem, what, ": socket() failed: ", errnoString(errno));
+  Socket s(fd);
+  noSigpipe(fd);
+  s.setNonBlocking(true);
+  int rc = ::connect(fd, addr.sa(), addr.len);
+  if (rc != 0 && errno != EINPROGRESS) {
+    int err = errno;
+    throwError(kindFor(err) == ErrorKind::kRemote || err == ECONNREFUSED ? ErrorKind::kRemote
+                                                                         : ErrorKind::kSystem,
+               what, ": connect to ", addr.toString(), " failed: ", errnoString(err));
+  }
+  if (rc != 0) {
+    if (!waitReady(fd, POLLOUT, deadline)) {
+      throwError(ErrorKind::kTimeout, what, ": connect to ", addr.toString(), " timed out");
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      throwError(ErrorKind::kRemote, what, ": connect to ", addr.toString(), " failed: ",
+                 errnoString(err));
+    }
+  }
+  s.setNonBlocking(false);
+  return s;
+}
+
+SockAddr Socket::localAddr() const {
+  SockAddr a;
+  a.len = sizeof(a.storage);
+  ::getsockname(fd_, a.sa(), &a.len);
+  return a;
+}
+
+SockAddr Socket::peerAddr() const {
+  SockAddr a;
+  a.len = sizeof(a.storage);
+  if (::getpeername(fd_, a.sa(), &a.len) != 0) a.len = 0;
+  return a;
+}
+
+void Socket::setNoDelay() {
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void Socket::setNonBlocking(bool on) {
+  int flags = ::fcntl(fd_, F_GETFL, 0);
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  ::fcntl(fd_, F_SETFL, flags);
+}
+
+void Socket::setBufferSizes(int bytes) {
+  if (bytes <= 0) return;
+  static RateLimiter clampWarnings(1, std::chrono::hours(1));
+  for (int opt : {SO_SNDBUF, SO_RCVBUF}) {
+    ::setsockopt(fd_, SOL_SOCKET, opt, &bytes, sizeof(bytes));
+    int got = 0;
+    socklen_t len = sizeof(got);
+    ::getsockopt(fd_, SOL_SOCKET, opt, &got, &len);
+#if defined(__linux__)
+    got /= 2;  // Linux reports double the usable size (bookkeeping overhead)
+    const char* sysctl = opt == SO_SNDBUF ? "net.core.wmem_max" : "net.core.rmem_max";
+#else
+    const char* sysctl = "kern.ipc.maxsockbuf";
+#endif
+    uint64_t dropped = 0;
+    if (got < bytes && clampWarnings.allow(&dropped)) {
+      MCCL_LOG(kWarn, "MCCL_SOCKET_BUFFER=", bytes, " but the kernel granted ", got,
+               " bytes for ", opt == SO_SNDBUF ? "SO_SNDBUF" : "SO_RCVBUF", "; raise ", sysctl,
+               " (e.g. sysctl -w ", sysctl, "=", bytes, ")");
+    }
+  }
+}
+
+void Socket::sendAll(const void* data, size_t len, Deadline deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    if (!deadline.isNever() && !waitReady(fd_, POLLOUT, deadline)) {
+      throwError(ErrorKind::kTimeout, "send timed out");
+    }
+    ssize_t n = ::send(fd_, p, len, kSendFlags);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      int err = errno;
+      throwError(kindFor(err), "send failed: ", errnoString(err));
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+bool Socket::recvAll(void* data, size_t len, Deadline deadline) {
+  char* p = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < len) {
+    if (!deadline.isNever() && !waitReady(fd_, POLLIN, deadline)) {
+      throwError(ErrorKind::kTimeout, "receive timed out after ", got, " of ", len, " bytes");
+    }
+    ssize_t n = ::recv(fd_, p + got, len - got, 0);
+    if (n == 0) {
+      if (got == 0) return false;
+      throwError(ErrorKind::kRemote, "connection closed after ", got, " of ", len, " bytes");
+    }
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      int err = errno;
+      throwError(kindFor(err), "receive failed: ", errnoString(err));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void Socket::sendIov(struct iovec* iov, int iovcnt) {
+  while (iovcnt > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = iovcnt;
+    ssize_t n = ::sendmsg(fd_, &msg, kSendFlags);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      int err = errno;
+      throwError(kindFor(err), "send failed: ", errnoString(err));
+    }
+    size_t left = static_cast<size_t>(n);
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+}
+
+size_t Socket::recvSome(void* data, size_t len) {
+  for (;;) {
+    ssize_t n = ::recv(fd_, data, len, 0);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    int err = errno;
+    throwError(kindFor(err), "receive failed: ", errnoString(err));
+  }
+}
+
+void Socket::shutdownBoth() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+void Socket::close() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+}  // namespace mccl

@@ -1,0 +1,63 @@
+// A TCP socket owned by one object (RAII), with blocking full-length I/O.
+//
+// Blocking calls may take a Deadline; without one they block until done or
+// until another thread calls shutdownBoth(), which is how owners stop a
+// thread that is parked in recv/send.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <string>
+
+#include "transport/address.h"
+#include "util/time.h"
+
+namespace mccl {
+
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Socket& operator=(Socket&& o) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() { close(); }
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+  // Binds and listens on `addr` (its port may be 0 for an ephemeral port).
+  // Returns false with errno set if the port is taken.
+  static bool tryListen(const SockAddr& addr, int backlog, Socket* out);
+  // Connects with a deadline. Throws kSystem/kTimeout naming `what`.
+  static Socket connect(const SockAddr& addr, Deadline deadline, const std::string& what);
+
+  SockAddr localAddr() const;
+  SockAddr peerAddr() const;
+
+  void setNoDelay();
+  void setNonBlocking(bool on);
+  // Sets SO_SNDBUF/SO_RCVBUF; logs a warning naming the sysctl to raise when
+  // the kernel grants less than asked.
+  void setBufferSizes(int bytes);
+
+  // Sends/receives exactly len bytes. recvAll returns false on a clean EOF
+  // before the first byte; every other failure throws (kRemote for a reset
+  // or EOF mid-message, kTimeout past the deadline).
+  void sendAll(const void* data, size_t len, Deadline deadline = Deadline::never());
+  bool recvAll(void* data, size_t len, Deadline deadline = Deadline::never());
+  // Sends every byte described by iov (modified in place). Blocking socket.
+  void sendIov(struct iovec* iov, int iovcnt);
+  // One recv(2) call of at most len bytes; returns 0 on EOF; throws on error.
+  size_t recvSome(void* data, size_t len);
+
+  void shutdownBoth();
+  void close();
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace mccl

@@ -1,0 +1,363 @@
+// Every collective and algorithm on 1, 2, 3, 4, 5 and 7 ranks (threads over
+// loopback), counts 0, 1 and primes, every dtype, distinct data per rank,
+// checked against float64 / exact-integer references on every rank.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+
+#include "harness.h"
+#include "typed.h"
+
+namespace mccl::test {
+namespace {
+
+const std::vector<int> kWorlds = {1, 2, 3, 4, 5, 7};
+const std::vector<size_t> kCounts = {0, 1, 2, 13, 1031};
+
+std::vector<DataType> allDtypes() {
+  std::vector<DataType> v;
+  for (int d = 0; d < kNumDataTypes; ++d) v.push_back(static_cast<DataType>(d));
+  return v;
+}
+
+// Small chunks and frames so that small test buffers still run many-chunk
+// pipelines, striped over several sockets, with a tight unexpected budget.
+void pipelined(CommConfig& c) {
+  c.chunkBytes = 4096;
+  c.frameBytes = 4096;
+  c.unexpectedBytes = 3 * 4096;
+  c.nsocksPerPeer = 3;
+}
+
+std::string where(Communicator& comm, const char* what, DataType dt, ReduceOp op, size_t count,
+                  size_t i) {
+  return strCat(what, " rank ", comm.rank(), "/", comm.size(), " ", dtypeName(dt), " ",
+                reduceOpName(op), " count ", count, " at ", i);
+}
+
+void checkAllreduce(Communicator& comm, DataType dt, ReduceOp op, size_t count, int salt) {
+  Buffer buf(dt, count), want(dt, count);
+  const double premul = 0.5;
+  for (size_t i = 0; i < count; ++i) {
+    buf.set(i, value(dt, op, comm.rank(), i, salt));
+    want.set(i, reference(dt, op, comm.size(), i, salt, premul));
+  }
+  AllreduceOptions o;
+  o.buf = buf.data();
+  o.count = count;
+  o.dtype = dt;
+  o.op = op;
+  o.premulFactor = premul;
+  allreduce(comm, o)->wait();
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_TRUE(close(dt, op, buf.at(i), want.at(i)))
+        << where(comm, "allreduce", dt, op, count, i) << ": got " << buf.at(i) << " want "
+        << want.at(i);
+  }
+}
+
+void allreduceSweep(const std::string& algo, const ConfigFn& extra = nullptr) {
+  for (int n : kWorlds) {
+    runRanks(n, [&](Communicator& comm) {
+      int salt = 0;
+      for (DataType dt : allDtypes()) {
+        for (int o = 0; o < kNumReduceOps; ++o) {
+          ReduceOp op = static_cast<ReduceOp>(o);
+          if (!reduceSupported(dt, op)) continue;
+          for (size_t count : kCounts) checkAllreduce(comm, dt, op, count, ++salt);
+        }
+      }
+      checkAllreduce(comm, DataType::kFloat32, ReduceOp::kSum, 100003, 1);
+      checkAllreduce(comm, DataType::kBFloat16, ReduceOp::kMax, 50021, 2);
+    }, [&](CommConfig& c) {
+      c.algo = algo;
+      if (extra) extra(c);
+    });
+  }
+}
+
+TEST(Allreduce, Ring) { allreduceSweep("allreduce=ring"); }
+TEST(Allreduce, RingPipelinedStriped) { allreduceSweep("allreduce=ring", pipelined); }
+TEST(Allreduce, RecursiveDoubling) { allreduceSweep("allreduce=recursive_doubling"); }
+TEST(Allreduce, Automatic) { allreduceSweep(""); }
+
+TEST(Broadcast, AllAlgorithmsRootsAndCounts) {
+  for (std::string algo : {"broadcast=binomial", "broadcast=chain"}) {
+    for (int n : kWorlds) {
+      runRanks(n, [&](Communicator& comm) {
+        int salt = 0;
+        for (int root : {0, n - 1, n / 2}) {
+          for (DataType dt : {DataType::kFloat32, DataType::kInt64, DataType::kFloat16, DataType::kBool}) {
+            for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{20011}}) {
+              ++salt;
+              Buffer buf(dt, count);
+              for (size_t i = 0; i < count; ++i) {
+                buf.set(i, comm.rank() == root ? value(dt, ReduceOp::kSum, root, i, salt) : 99);
+              }
+              BroadcastOptions o{buf.data(), count, dt, root};
+              broadcast(comm, o)->wait();
+              for (size_t i = 0; i < count; ++i) {
+                ASSERT_EQ(buf.at(i), value(dt, ReduceOp::kSum, root, i, salt))
+                    << where(comm, "broadcast", dt, ReduceOp::kSum, count, i) << " root " << root;
+              }
+            }
+          }
+        }
+      }, [&](CommConfig& c) { c.algo = algo; pipelined(c); });
+    }
+  }
+}
+
+TEST(Reduce, AllAlgorithmsRootsOps) {
+  for (std::string algo : {"reduce=binomial", "reduce=chain"}) {
+    for (int n : kWorlds) {
+      runRanks(n, [&](Communicator& comm) {
+        int salt = 0;
+        for (int root : {0, n - 1}) {
+          for (DataType dt : {DataType::kFloat32, DataType::kInt32, DataType::kBFloat16}) {
+            for (int o = 0; o < kNumReduceOps; ++o) {
+              ReduceOp op = static_cast<ReduceOp>(o);
+              if (!reduceSupported(dt, op)) continue;
+              for (size_t count : {size_t{0}, size_t{1}, size_t{1031}, size_t{9001}}) {
+                ++salt;
+                Buffer buf(dt, count), orig(dt, count);
+                for (size_t i = 0; i < count; ++i) buf.set(i, value(dt, op, comm.rank(), i, salt));
+                orig.bytes = buf.bytes;
+                ReduceOptions ro;
+                ro.buf = buf.data();
+                ro.count = count;
+                ro.dtype = dt;
+                ro.op = op;
+                ro.premulFactor = 0.5;
+                ro.root = root;
+                reduce(comm, ro)->wait();
+                for (size_t i = 0; i < count; ++i) {
+                  if (comm.rank() == root) {
+                    Buffer w(dt, 1);
+                    w.set(0, reference(dt, op, n, i, salt, 0.5));
+                    ASSERT_TRUE(close(dt, op, buf.at(i), w.at(0)))
+                        << where(comm, "reduce", dt, op, count, i) << " got " << buf.at(i);
+                  } else {
+                    ASSERT_EQ(buf.bytes, orig.bytes) << "reduce modified a non-root input on rank "
+                                                     << comm.rank();
+                    break;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }, [&](CommConfig& c) { c.algo = algo; pipelined(c); });
+    }
+  }
+}
+
+TEST(Allgather, RingAndDirectSeparateAndInPlace) {
+  for (std::string algo : {"allgather=ring", "allgather=direct"}) {
+    for (int n : kWorlds) {
+      runRanks(n, [&](Communicator& comm) {
+        int salt = 0;
+        for (DataType dt : {DataType::kFloat64, DataType::kUInt8, DataType::kInt16}) {
+          for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{3001}}) {
+            for (bool inPlace : {false, true}) {
+              ++salt;
+              Buffer in(dt, count), out(dt, count * static_cast<size_t>(n));
+              std::vector<void*> outs;
+              for (int b = 0; b < n; ++b) {
+                outs.push_back(static_cast<uint8_t*>(out.data()) + static_cast<size_t>(b) * count * dtypeSize(dt));
+              }
+              void* mine = inPlace ? outs[static_cast<size_t>(comm.rank())] : in.data();
+              for (size_t i = 0; i < count; ++i) put(dt, mine, i, value(dt, ReduceOp::kSum, comm.rank(), i, salt));
+              AllgatherOptions o;
+              o.in = mine;
+              o.out = outs;
+              o.count = count;
+              o.dtype = dt;
+              allgather(comm, o)->wait();
+              for (int b = 0; b < n; ++b) {
+                for (size_t i = 0; i < count; ++i) {
+                  ASSERT_EQ(out.at(static_cast<size_t>(b) * count + i), value(dt, ReduceOp::kSum, b, i, salt))
+                      << where(comm, "allgather", dt, ReduceOp::kSum, count, i) << " block " << b;
+                }
+              }
+            }
+          }
+        }
+      }, [&](CommConfig& c) { c.algo = algo; pipelined(c); });
+    }
+  }
+}
+
+TEST(ReduceScatter, RingAndDirect) {
+  for (std::string algo : {"reduce_scatter=ring", "reduce_scatter=direct"}) {
+    for (int n : kWorlds) {
+      runRanks(n, [&](Communicator& comm) {
+        int salt = 0;
+        for (DataType dt : {DataType::kFloat32, DataType::kInt64, DataType::kFloat16}) {
+          for (int o = 0; o < kNumReduceOps; ++o) {
+            ReduceOp op = static_cast<ReduceOp>(o);
+            if (!reduceSupported(dt, op)) continue;
+            for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{5003}}) {
+              ++salt;
+              // Block b of this rank's input holds elements b*count .. (b+1)*count.
+              Buffer in(dt, count * static_cast<size_t>(n)), out(dt, count);
+              std::vector<const void*> ins;
+              for (int b = 0; b < n; ++b) {
+                ins.push_back(static_cast<uint8_t*>(in.data()) + static_cast<size_t>(b) * count * dtypeSize(dt));
+              }
+              for (size_t i = 0; i < count * static_cast<size_t>(n); ++i) in.set(i, value(dt, op, comm.rank(), i, salt));
+              Buffer before = in;
+              ReduceScatterOptions ro;
+              ro.in = ins;
+              ro.out = out.data();
+              ro.count = count;
+              ro.dtype = dt;
+              ro.op = op;
+              ro.premulFactor = 0.5;
+              reduceScatter(comm, ro)->wait();
+              EXPECT_EQ(in.bytes, before.bytes) << "reduce_scatter modified its input";
+              for (size_t i = 0; i < count; ++i) {
+                Buffer w(dt, 1);
+                w.set(0, reference(dt, op, n, static_cast<size_t>(comm.rank()) * count + i, salt, 0.5));
+                ASSERT_TRUE(close(dt, op, out.at(i), w.at(0)))
+                    << where(comm, "reduce_scatter", dt, op, count, i) << " got " << out.at(i)
+                    << " want " << w.at(0);
+              }
+            }
+          }
+        }
+      }, [&](CommConfig& c) { c.algo = algo; pipelined(c); });
+    }
+  }
+}
+
+TEST(GatherScatter, EveryRoot) {
+  for (int n : kWorlds) {
+    runRanks(n, [&](Communicator& comm) {
+      int salt = 0;
+      const DataType dt = DataType::kInt32;
+      for (int root = 0; root < n; ++root) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{4099}}) {
+          ++salt;
+          Buffer in(dt, count), all(dt, count * static_cast<size_t>(n));
+          for (size_t i = 0; i < count; ++i) in.set(i, value(dt, ReduceOp::kSum, comm.rank(), i, salt));
+          std::vector<void*> outs;
+          for (int b = 0; b < n; ++b) outs.push_back(static_cast<uint8_t*>(all.data()) + static_cast<size_t>(b) * count * 4);
+          GatherOptions g;
+          g.in = in.data();
+          g.out = comm.rank() == root ? outs : std::vector<void*>{};
+          g.count = count;
+          g.dtype = dt;
+          g.root = root;
+          gather(comm, g)->wait();
+          if (comm.rank() == root) {
+            for (int b = 0; b < n; ++b) {
+              for (size_t i = 0; i < count; ++i) {
+                ASSERT_EQ(all.at(static_cast<size_t>(b) * count + i), value(dt, ReduceOp::kSum, b, i, salt)) << "gather";
+              }
+            }
+          }
+          // Scatter back a transformed copy: block b gets (value + b).
+          std::vector<const void*> ins;
+          if (comm.rank() == root) {
+            for (int b = 0; b < n; ++b) {
+              for (size_t i = 0; i < count; ++i) all.set(static_cast<size_t>(b) * count + i, value(dt, ReduceOp::kSum, b, i, salt) + b);
+              ins.push_back(outs[static_cast<size_t>(b)]);
+            }
+          }
+          Buffer got(dt, count);
+          ScatterOptions s;
+          s.in = ins;
+          s.out = got.data();
+          s.count = count;
+          s.dtype = dt;
+          s.root = root;
+          scatter(comm, s)->wait();
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(got.at(i), value(dt, ReduceOp::kSum, comm.rank(), i, salt) + comm.rank()) << "scatter";
+          }
+        }
+      }
+    }, pipelined);
+  }
+}
+
+TEST(Alltoall, UnevenSplits) {
+  for (int n : kWorlds) {
+    runRanks(n, [&](Communicator& comm) {
+      const int r = comm.rank();
+      const DataType dt = DataType::kFloat32;
+      for (int round = 0; round < 3; ++round) {
+        // Rank r sends (r + 2j + round) % 5 * 331 elements to rank j (some zero).
+        auto countFor = [&](int src, int dst) { return static_cast<size_t>((src + 2 * dst + round) % 5) * 331; };
+        std::vector<Buffer> ins, outs;
+        AlltoallOptions o;
+        o.dtype = dt;
+        for (int j = 0; j < n; ++j) {
+          ins.emplace_back(dt, countFor(r, j));
+          outs.emplace_back(dt, countFor(j, r));
+        }
+        for (int j = 0; j < n; ++j) {
+          for (size_t i = 0; i < ins[static_cast<size_t>(j)].n; ++i) ins[static_cast<size_t>(j)].set(i, r * 1000 + j * 10 + static_cast<double>(i % 7));
+          o.in.push_back(ins[static_cast<size_t>(j)].data());
+          o.inCounts.push_back(ins[static_cast<size_t>(j)].n);
+          o.out.push_back(outs[static_cast<size_t>(j)].data());
+          o.outCounts.push_back(outs[static_cast<size_t>(j)].n);
+        }
+        alltoall(comm, o)->wait();
+        for (int j = 0; j < n; ++j) {
+          for (size_t i = 0; i < outs[static_cast<size_t>(j)].n; ++i) {
+            ASSERT_EQ(outs[static_cast<size_t>(j)].at(i), j * 1000 + r * 10 + static_cast<double>(i % 7))
+                << "alltoall rank " << r << " from " << j << " at " << i;
+          }
+        }
+      }
+    }, pipelined);
+  }
+}
+
+TEST(Barrier, NobodyLeavesEarly) {
+  for (int n : kWorlds) {
+    std::atomic<int> arrived{0};
+    runRanks(n, [&](Communicator& comm) {
+      for (int round = 1; round <= 5; ++round) {
+        if (comm.rank() == round % comm.size()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        arrived.fetch_add(1);
+        barrier(comm)->wait();
+        ASSERT_GE(arrived.load(), round * comm.size()) << "rank " << comm.rank() << " left barrier " << round << " early";
+        barrier(comm)->wait();  // keep the next round's increments out of this check
+      }
+    });
+  }
+}
+
+TEST(Async, ManyOutstandingOpsCompleteInOrder) {
+  for (int n : {2, 3, 5}) {
+    runRanks(n, [&](Communicator& comm) {
+      const int ops = 64;
+      std::vector<Buffer> bufs;
+      std::vector<std::shared_ptr<Work>> works;
+      for (int k = 0; k < ops; ++k) bufs.emplace_back(DataType::kInt64, static_cast<size_t>(1 + k * 97));
+      for (int k = 0; k < ops; ++k) {
+        Buffer& b = bufs[static_cast<size_t>(k)];
+        for (size_t i = 0; i < b.n; ++i) b.set(i, value(DataType::kInt64, ReduceOp::kSum, comm.rank(), i, k));
+        AllreduceOptions o;
+        o.buf = b.data();
+        o.count = b.n;
+        o.dtype = DataType::kInt64;
+        works.push_back(allreduce(comm, o));
+      }
+      for (int k = ops - 1; k >= 0; --k) works[static_cast<size_t>(k)]->wait();
+      for (int k = 0; k < ops; ++k) {
+        Buffer& b = bufs[static_cast<size_t>(k)];
+        for (size_t i = 0; i < b.n; ++i) {
+          ASSERT_EQ(b.at(i), reference(DataType::kInt64, ReduceOp::kSum, n, i, k)) << "op " << k;
+        }
+      }
+    }, [](CommConfig& c) { c.inflightOps = 4; });
+  }
+}
+
+}  // namespace
+}  // namespace mccl::test

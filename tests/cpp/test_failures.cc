@@ -1,0 +1,174 @@
+// Failures are detected and reported with both sides named: mismatched
+// collectives, timeouts, aborts; after a failure every later op fails fast.
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "harness.h"
+
+namespace mccl::test {
+namespace {
+
+// Runs one op per rank and expects every rank to see a failure with `kind`
+// and a message containing all `needles`: in that op, or (for ranks that
+// finished their part before the mismatch was seen elsewhere) in the next
+// op, once the ABORT has reached them. Ranks stay alive until all have seen
+// it, as processes blocked in a job would.
+void expectAllFail(int n, const std::function<std::shared_ptr<Work>(Communicator&)>& op,
+                   ErrorKind kind, std::vector<std::string> needles) {
+  std::atomic<int> seen{0};
+  runRanks(n, [&](Communicator& comm) {
+    double x = 1;
+    AllreduceOptions next;
+    next.buf = &x;
+    next.count = 1;
+    next.dtype = DataType::kFloat64;
+    std::optional<Error> got;
+    try {
+      op(comm)->wait();
+      allreduce(comm, next)->wait();
+    } catch (const Error& e) {
+      got = e;
+    }
+    seen.fetch_add(1);
+    ASSERT_TRUE(got.has_value()) << "rank " << comm.rank() << ": expected a failure";
+    std::string m = got->what();
+    EXPECT_EQ(got->kind(), kind) << "rank " << comm.rank() << ": " << m;
+    for (const auto& s : needles) EXPECT_NE(m.find(s), std::string::npos) << "rank " << comm.rank() << ": " << m;
+    // The group is poisoned: later calls fail at once with the cause.
+    auto start = Clock::now();
+    EXPECT_THROW(allreduce(comm, next)->wait(), Error);
+    EXPECT_LT(secondsSince(start), 1.0);
+    while (seen.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }, [](CommConfig& c) { c.timeout = std::chrono::seconds(20); });
+}
+
+std::shared_ptr<Work> allreduceOf(Communicator& comm, std::vector<float>& buf, ReduceOp op = ReduceOp::kSum) {
+  AllreduceOptions o;
+  o.buf = buf.data();
+  o.count = buf.size();
+  o.dtype = DataType::kFloat32;
+  o.op = op;
+  return allreduce(comm, o);
+}
+
+TEST(Mismatch, ElementCount) {
+  std::vector<std::vector<float>> bufs = {std::vector<float>(100), std::vector<float>(99), std::vector<float>(100)};
+  expectAllFail(3, [&](Communicator& comm) { return allreduceOf(comm, bufs[static_cast<size_t>(comm.rank())]); },
+                ErrorKind::kUsage, {"disagree", "count="});
+}
+
+TEST(Mismatch, OpKind) {
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(16));
+  expectAllFail(2, [&](Communicator& comm) -> std::shared_ptr<Work> {
+    auto& b = bufs[static_cast<size_t>(comm.rank())];
+    if (comm.rank() == 0) return allreduceOf(comm, b);
+    BroadcastOptions o{b.data(), b.size(), DataType::kFloat32, 0};
+    return broadcast(comm, o);
+  }, ErrorKind::kUsage, {"disagree", "allreduce(", "broadcast("});
+}
+
+TEST(Mismatch, ReduceOpAndDtype) {
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(16));
+  expectAllFail(2, [&](Communicator& comm) {
+    return allreduceOf(comm, bufs[static_cast<size_t>(comm.rank())], comm.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+  }, ErrorKind::kUsage, {"reduce op differs", "op=SUM", "op=MAX"});
+  std::vector<std::vector<double>> d(2, std::vector<double>(16));
+  expectAllFail(2, [&](Communicator& comm) {
+    AllreduceOptions o;
+    o.buf = d[static_cast<size_t>(comm.rank())].data();
+    o.count = comm.rank() == 0 ? 16 : 8;
+    o.dtype = comm.rank() == 0 ? DataType::kFloat32 : DataType::kFloat64;
+    return allreduce(comm, o);
+  }, ErrorKind::kUsage, {"dtype and element count differ"});
+}
+
+TEST(Mismatch, Root) {
+  std::vector<std::vector<int32_t>> bufs(3, std::vector<int32_t>(5));
+  expectAllFail(3, [&](Communicator& comm) {
+    BroadcastOptions o{bufs[static_cast<size_t>(comm.rank())].data(), 5, DataType::kInt32, comm.rank() == 2 ? 1 : 0};
+    return broadcast(comm, o);
+  }, ErrorKind::kUsage, {"root differs"});
+}
+
+TEST(Timeout, SilentPeerFailsAtTheOpDeadline) {
+  runRanks(2, [&](Communicator& comm) {
+    if (comm.rank() == 1) {
+      // Never joins the collective; waits for rank 0's ABORT instead.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      EXPECT_TRUE(comm.poisoned());
+      return;
+    }
+    std::vector<float> b(8);
+    AllreduceOptions o;
+    o.buf = b.data();
+    o.count = b.size();
+    o.dtype = DataType::kFloat32;
+    o.timeout = std::chrono::milliseconds(300);
+    auto start = Clock::now();
+    try {
+      allreduce(comm, o)->wait();
+      ADD_FAILURE() << "expected a timeout";
+    } catch (const Error& e) {
+      double took = secondsSince(start);
+      EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what();
+      EXPECT_GE(took, 0.29);
+      EXPECT_LT(took, 1.5);
+      std::string m = e.what();
+      EXPECT_NE(m.find("timed out"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+    }
+  });
+}
+
+TEST(Abort, PeersFailFastWithTheCause) {
+  runRanks(3, [&](Communicator& comm) {
+    if (comm.rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      comm.abort();
+      return;
+    }
+    std::vector<float> b(8);
+    auto start = Clock::now();
+    try {
+      allreduceOf(comm, b)->wait();
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_LT(secondsSince(start), 5.0);
+      std::string m = e.what();
+      EXPECT_NE(m.find("abort"), std::string::npos) << m;
+    }
+  });
+}
+
+TEST(Usage, BadArgumentsBeforeAnyTraffic) {
+  runRanks(2, [&](Communicator& comm) {
+    std::vector<float> b(4);
+    AllreduceOptions o;
+    o.buf = b.data();
+    o.count = 4;
+    o.dtype = DataType::kFloat32;
+    o.op = ReduceOp::kBXor;
+    try {
+      allreduce(comm, o);
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      EXPECT_NE(std::string(e.what()).find("BXOR is not supported for dtype float32"), std::string::npos) << e.what();
+    }
+    BroadcastOptions bo{b.data(), 4, DataType::kFloat32, 2};
+    EXPECT_THROW(broadcast(comm, bo), Error);
+    AllgatherOptions ag;
+    ag.in = b.data();
+    ag.out = {b.data()};
+    ag.count = 1;
+    EXPECT_THROW(allgather(comm, ag), Error);
+    // The group is still healthy: validation failures send nothing.
+    EXPECT_FALSE(comm.poisoned());
+    o.op = ReduceOp::kSum;
+    allreduce(comm, o)->wait();
+  });
+}
+
+}  // namespace
+}  // namespace mccl::test

@@ -1,0 +1,156 @@
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+
+#include <thread>
+
+#include "transport/handshake.h"
+#include "transport/listener.h"
+#include "util/error.h"
+
+namespace mccl {
+namespace {
+
+Identity ident(uint32_t rank, uint8_t secretByte = 7, uint64_t group = 99) {
+  Identity id;
+  id.group = group;
+  id.rank = rank;
+  id.size = 4;
+  id.secret.fill(secretByte);
+  return id;
+}
+
+// Drives an AcceptorHandshake over one end of a socketpair.
+AcceptorHandshake::State runAcceptor(int fd, const Identity& self, std::string* failure) {
+  AcceptorHandshake hs(self);
+  for (;;) {
+    auto st = hs.state();
+    if (st == AcceptorHandshake::State::kDone || st == AcceptorHandshake::State::kFailed) {
+      *failure = hs.failure();
+      return st;
+    }
+    size_t len = 0;
+    const uint8_t* out = hs.pendingOutput(&len);
+    if (len > 0) {
+      ssize_t n = ::send(fd, out, len, MSG_NOSIGNAL);
+      if (n <= 0) return AcceptorHandshake::State::kFailed;
+      hs.consumedOutput(static_cast<size_t>(n));
+      continue;
+    }
+    uint8_t buf[128];
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      *failure = "eof";
+      return AcceptorHandshake::State::kFailed;
+    }
+    hs.feed(buf, static_cast<size_t>(n));
+  }
+}
+
+struct Pair {
+  Pair() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    a = Socket(fds[0]);
+    b = Socket(fds[1]);
+  }
+  Socket a, b;
+};
+
+TEST(Handshake, SucceedsWithSameSecret) {
+  Pair p;
+  Identity acc = ident(2), con = ident(1);
+  std::string failure;
+  AcceptorHandshake::State st;
+  std::thread t([&] { st = runAcceptor(p.b.fd(), acc, &failure); });
+  EXPECT_NO_THROW(handshakeAsConnector(p.a, con, 2, Deadline::after(std::chrono::seconds(5))));
+  t.join();
+  EXPECT_EQ(st, AcceptorHandshake::State::kDone) << failure;
+}
+
+TEST(Handshake, WrongSecretIsRejectedWithoutReply) {
+  Pair p;
+  Identity acc = ident(2), con = ident(1, /*secret*/ 8);
+  std::string failure;
+  std::thread t([&] {
+    runAcceptor(p.b.fd(), acc, &failure);
+    p.b.close();  // the listener closes without an answer
+  });
+  try {
+    handshakeAsConnector(p.a, con, 2, Deadline::after(std::chrono::seconds(5)));
+    ADD_FAILURE() << "expected rejection";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRemote);
+    EXPECT_NE(std::string(e.what()).find("rejected"), std::string::npos) << e.what();
+  }
+  t.join();
+  EXPECT_NE(failure.find("secret"), std::string::npos) << failure;
+}
+
+TEST(Handshake, WrongGroupOrRankIsRejected) {
+  for (int variant = 0; variant < 3; ++variant) {
+    Pair p;
+    Identity acc = ident(2);
+    Identity con = variant == 0 ? ident(1, 7, 1234) : ident(variant == 1 ? 2 : 1);
+    uint32_t dst = variant == 2 ? 3 : 2;
+    std::string failure;
+    std::thread t([&] {
+      runAcceptor(p.b.fd(), acc, &failure);
+      p.b.close();
+    });
+    EXPECT_THROW(handshakeAsConnector(p.a, con, dst, Deadline::after(std::chrono::seconds(5))), Error);
+    t.join();
+    const char* needle[] = {"group id", "claims to be rank", "addressed to rank"};
+    EXPECT_NE(failure.find(needle[variant]), std::string::npos) << failure;
+  }
+}
+
+TEST(Handshake, GarbageFailsFast) {
+  Identity acc = ident(2);
+  AcceptorHandshake hs(acc);
+  size_t len;
+  hs.pendingOutput(&len);
+  hs.consumedOutput(len);
+  const char junk[] = "GET / HTTP/1.1\r\n";
+  hs.feed(reinterpret_cast<const uint8_t*>(junk), sizeof(junk) - 1);
+  EXPECT_EQ(hs.state(), AcceptorHandshake::State::kFailed);
+  EXPECT_NE(hs.failure().find("magic"), std::string::npos);
+}
+
+TEST(Listener, StrangersAreClosedAndPeersAccepted) {
+  Identity acc = ident(0), con = ident(1);
+  std::atomic<int> accepted{0};
+  Listener l(SockAddr::parse("127.0.0.1:0"), "", acc, std::chrono::milliseconds(500),
+             [&](Socket, uint32_t peer) { accepted += peer == 1 ? 1 : 100; }, "test: ");
+  // A stranger that sends garbage, one that sends nothing, one that closes at once.
+  Socket garbage = Socket::connect(l.address(), Deadline::after(std::chrono::seconds(2)), "t");
+  garbage.sendAll("hello there, this is not MCCL", 29);
+  Socket silent = Socket::connect(l.address(), Deadline::after(std::chrono::seconds(2)), "t");
+  { Socket quick = Socket::connect(l.address(), Deadline::after(std::chrono::seconds(2)), "t"); }
+  // A real peer still gets in while the silent one is pending.
+  Socket good = Socket::connect(l.address(), Deadline::after(std::chrono::seconds(2)), "t");
+  handshakeAsConnector(good, con, 0, Deadline::after(std::chrono::seconds(2)));
+  for (int i = 0; i < 200 && accepted.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(accepted.load(), 1);
+  // The silent connection is dropped at the handshake timeout.
+  for (int i = 0; i < 300 && l.rejected() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(l.rejected(), 3u);
+  l.stop();
+}
+
+TEST(Listener, PortRange) {
+  Identity acc = ident(0);
+  Listener l1(SockAddr::parse("127.0.0.1:0"), "47211-47215", acc, std::chrono::milliseconds(500),
+              [](Socket, uint32_t) {}, "");
+  Listener l2(SockAddr::parse("127.0.0.1:0"), "47211-47215", acc, std::chrono::milliseconds(500),
+              [](Socket, uint32_t) {}, "");
+  EXPECT_GE(l1.address().port(), 47211);
+  EXPECT_LE(l2.address().port(), 47215);
+  EXPECT_NE(l1.address().port(), l2.address().port());
+  EXPECT_THROW(Listener(SockAddr::parse("127.0.0.1:0"), "5-3", acc, std::chrono::milliseconds(1),
+                        [](Socket, uint32_t) {}, ""),
+               Error);
+}
+
+}  // namespace
+}  // namespace mccl

@@ -1,0 +1,161 @@
+// The matching engine on synthetic frames, without sockets.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "comm/matching.h"
+
+namespace mccl {
+namespace {
+
+Matching::Context ctx() {
+  Matching::Context c;
+  c.rank = 0;
+  c.size = 4;
+  c.group = "group 'unit'";
+  c.peerName = [](int r) { return strCat("rank ", r); };
+  return c;
+}
+
+OpSignature sig(uint64_t count = 8) {
+  OpSignature s;
+  s.op = OpKind::kAllreduce;
+  s.dtype = DataType::kFloat32;
+  s.count = count;
+  s.algo = Algo::kRing;
+  return s;
+}
+
+FrameHeader frame(uint64_t seq, uint32_t slot, uint32_t src, uint64_t offset, uint32_t len,
+                  uint64_t msgBytes, const OpSignature& s = sig()) {
+  FrameHeader h;
+  h.seq = seq;
+  h.slot = slot;
+  h.src = src;
+  h.offset = offset;
+  h.length = len;
+  h.msgBytes = msgBytes;
+  s.stamp(&h);
+  return h;
+}
+
+// Delivers `data` as the payload of h.
+void deliver(Matching& m, const FrameHeader& h, const void* data) {
+  void* dst = m.incoming(h);
+  if (h.length > 0) std::memcpy(dst, data, h.length);
+  m.incomingDone(h, dst, true);
+}
+
+TEST(Matching, PostedThenArrivesInParts) {
+  Matching m(ctx(), 1 << 20);
+  m.beginOp(0, sig());
+  char out[8] = {0};
+  auto r = std::make_shared<RecvRequest>(MsgKey{0, 0, 3, 1}, out, 8, sig());
+  m.post(r);
+  deliver(m, frame(0, 3, 1, 4, 4, 8), "EFGH");
+  EXPECT_FALSE(r->done());
+  deliver(m, frame(0, 3, 1, 0, 4, 8), "ABCD");
+  ASSERT_TRUE(r->done());
+  EXPECT_EQ(std::string(out, 8), "ABCDEFGH");
+}
+
+TEST(Matching, ArrivesBeforePostAndBeforeOpStarts) {
+  Matching m(ctx(), 1 << 20);
+  deliver(m, frame(0, 1, 2, 0, 4, 4), "WXYZ");  // op 0 not started: buffered
+  EXPECT_EQ(m.unexpectedBytes(), 4u);
+  m.beginOp(0, sig());
+  char out[4];
+  auto r = std::make_shared<RecvRequest>(MsgKey{0, 0, 1, 2}, out, 4, sig());
+  m.post(r);
+  ASSERT_TRUE(r->done());
+  EXPECT_EQ(std::string(out, 4), "WXYZ");
+  EXPECT_EQ(m.unexpectedBytes(), 0u);
+}
+
+TEST(Matching, SignatureMismatchNamesBothSides) {
+  Matching m(ctx(), 1 << 20);
+  m.beginOp(0, sig(8));
+  try {
+    m.incoming(frame(0, 0, 1, 0, 4, 4, sig(9)));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    std::string s = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(s.find("count=8"), std::string::npos) << s;
+    EXPECT_NE(s.find("count=9"), std::string::npos) << s;
+    EXPECT_NE(s.find("element count differs"), std::string::npos) << s;
+  }
+  // A buffered frame is checked when its op begins.
+  Matching m2(ctx(), 1 << 20);
+  deliver(m2, frame(0, 0, 1, 0, 4, 4, sig(9)), "abcd");
+  EXPECT_THROW(m2.beginOp(0, sig(8)), Error);
+}
+
+TEST(Matching, FrameForCompletedOpIsAnError) {
+  Matching m(ctx(), 1 << 20);
+  m.beginOp(0, sig());
+  m.endOp(0);
+  EXPECT_THROW(m.incoming(frame(0, 0, 1, 0, 4, 4)), Error);
+}
+
+TEST(Matching, BudgetBlocksUntilAReceiveIsPosted) {
+  Matching m(ctx(), 8);
+  m.beginOp(0, sig());
+  deliver(m, frame(0, 0, 1, 0, 8, 8), "12345678");  // fills the budget
+  std::atomic<bool> delivered{false};
+  std::thread t([&] {
+    deliver(m, frame(0, 1, 1, 0, 8, 8), "abcdefgh");
+    delivered = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(delivered.load());  // over budget: the reader waits
+  char out[8];
+  auto r = std::make_shared<RecvRequest>(MsgKey{0, 0, 1, 1}, out, 8, sig());
+  m.post(r);  // posted: the blocked frame goes straight in
+  t.join();
+  ASSERT_TRUE(r->done());
+  EXPECT_EQ(std::string(out, 8), "abcdefgh");
+}
+
+TEST(Matching, AnySourceTakesEarliestInPairOrder) {
+  Matching m(ctx(), 1 << 20);
+  OpSignature p2p;
+  p2p.op = OpKind::kSendRecv;
+  p2p.dtype = DataType::kUInt8;
+  p2p.count = 2;
+  auto pf = [&](uint64_t seq, uint32_t src, const char* d) {
+    FrameHeader h = frame(seq, 5, src, 0, 2, 2, p2p);
+    h.flags = kFlagP2P;
+    deliver(m, h, d);
+  };
+  pf(1, 3, "b3");  // counter 1 from rank 3 arrives before counter 0
+  pf(0, 2, "a2");
+  pf(0, 3, "a3");
+  char out[2];
+  for (const char* want : {"a2", "a3", "b3"}) {
+    auto r = std::make_shared<RecvRequest>(MsgKey{1, 0, 5, 0}, out, 2, p2p);
+    m.postAnySource(r);
+    ASSERT_TRUE(r->done());
+    EXPECT_EQ(std::string(out, 2), want);
+  }
+}
+
+TEST(Matching, FailAllWaitsForPayloadsInFlight) {
+  Matching m(ctx(), 1 << 20);
+  m.beginOp(0, sig());
+  char out[8];
+  auto r = std::make_shared<RecvRequest>(MsgKey{0, 0, 0, 1}, out, 8, sig());
+  m.post(r);
+  FrameHeader h = frame(0, 0, 1, 0, 8, 8);
+  void* dst = m.incoming(h);  // a reader is now writing into `out`
+  m.failAll(Error(ErrorKind::kRemote, "peer died"));
+  EXPECT_FALSE(r->done());    // not while the write may be going on
+  m.incomingDone(h, dst, false);
+  ASSERT_TRUE(r->done());
+  ASSERT_NE(r->error(), nullptr);
+  EXPECT_NE(std::string(r->error()->what()).find("peer died"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mccl

@@ -1,0 +1,121 @@
+// Point-to-point: ordering per (peer, tag), any-source receives, mismatched
+// sizes, and p2p on a subset of ranks followed by a collective.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "harness.h"
+#include "typed.h"
+
+namespace mccl::test {
+namespace {
+
+TEST(P2P, OrderedPerPeerAndTag) {
+  for (int n : {2, 3, 5}) {
+    runRanks(n, [&](Communicator& comm) {
+      const int r = comm.rank();
+      const int msgs = 20;
+      std::vector<std::vector<int32_t>> out(static_cast<size_t>(n * msgs)), in(static_cast<size_t>(n * msgs));
+      std::vector<std::shared_ptr<Work>> works;
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        for (int m = 0; m < msgs; ++m) {
+          size_t k = static_cast<size_t>(p * msgs + m);
+          size_t len = static_cast<size_t>(1 + (m * 131) % 5003);
+          in[k].assign(len, -1);
+          // Same tag for all: order alone tells the messages apart.
+          works.push_back(recv(comm, p, 7, in[k].data(), len, DataType::kInt32));
+          out[k].assign(len, r * 100000 + m);
+          works.push_back(send(comm, p, 7, out[k].data(), len, DataType::kInt32));
+        }
+      }
+      for (auto& w : works) w->wait();
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        for (int m = 0; m < msgs; ++m) {
+          for (int32_t v : in[static_cast<size_t>(p * msgs + m)]) ASSERT_EQ(v, p * 100000 + m) << "from " << p << " message " << m;
+        }
+      }
+    }, [](CommConfig& c) { c.frameBytes = 4096; c.nsocksPerPeer = 2; });
+  }
+}
+
+TEST(P2P, AnySourceReportsTheSender) {
+  runRanks(4, [&](Communicator& comm) {
+    const int r = comm.rank();
+    if (r == 0) {
+      std::vector<int64_t> got(3, -1);
+      std::vector<int> seen;
+      for (int k = 0; k < 3; ++k) {
+        auto w = recv(comm, Communicator::kAnySource, 3, &got[static_cast<size_t>(k)], 1, DataType::kInt64);
+        w->wait();
+        int src = w->sourceRank();
+        ASSERT_GE(src, 1);
+        ASSERT_EQ(got[static_cast<size_t>(k)], src * 11);
+        seen.push_back(src);
+      }
+      std::sort(seen.begin(), seen.end());
+      EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
+    } else {
+      int64_t v = r * 11;
+      send(comm, 0, 3, &v, 1, DataType::kInt64)->wait();
+    }
+  });
+}
+
+TEST(P2P, SubsetThenCollective) {
+  runRanks(5, [&](Communicator& comm) {
+    const int r = comm.rank();
+    // Only ranks 1 and 3 talk, many times, before everyone runs collectives.
+    for (int k = 0; k < 10; ++k) {
+      float v = static_cast<float>(k);
+      if (r == 1) send(comm, 3, static_cast<uint32_t>(k), &v, 1, DataType::kFloat32)->wait();
+      if (r == 3) {
+        float got = -1;
+        recv(comm, 1, static_cast<uint32_t>(k), &got, 1, DataType::kFloat32)->wait();
+        ASSERT_EQ(got, v);
+      }
+    }
+    for (int k = 0; k < 3; ++k) {
+      double x = r + 1;
+      AllreduceOptions o;
+      o.buf = &x;
+      o.count = 1;
+      o.dtype = DataType::kFloat64;
+      allreduce(comm, o)->wait();
+      ASSERT_EQ(x, 15.0);
+    }
+  });
+}
+
+TEST(P2P, SizeMismatchNamesBothSides) {
+  runRanks(2, [&](Communicator& comm) {
+    std::vector<float> buf(10, 1.0f);
+    if (comm.rank() == 0) {
+      send(comm, 1, 0, buf.data(), 10, DataType::kFloat32)->wait();
+      return;
+    }
+    try {
+      recv(comm, 0, 0, buf.data(), 5, DataType::kFloat32)->wait();
+      ADD_FAILURE() << "expected a mismatch error";
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << m;
+      EXPECT_NE(m.find("send/recv mismatch"), std::string::npos) << m;
+      EXPECT_NE(m.find("10 x float32 (40 bytes)"), std::string::npos) << m;
+      EXPECT_NE(m.find("5 x float32 (20 bytes)"), std::string::npos) << m;
+    }
+  });
+}
+
+TEST(P2P, BadPeerIsAUsageError) {
+  runRanks(2, [&](Communicator& comm) {
+    int v = 0;
+    EXPECT_THROW(send(comm, 5, 0, &v, 1, DataType::kInt32), Error);
+    EXPECT_THROW(send(comm, comm.rank(), 0, &v, 1, DataType::kInt32), Error);
+    EXPECT_THROW(recv(comm, -7, 0, &v, 1, DataType::kInt32), Error);
+  });
+}
+
+}  // namespace
+}  // namespace mccl::test
