@@ -1,0 +1,68 @@
+// mccl._C: the Python binding. Registration with torch.distributed happens
+// in python/mccl/__init__.py, which calls ProcessGroupMCCL's constructor.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
+
+#include "backend.h"
+#include "util/dtype.h"
+#include "util/params.h"
+
+namespace py = pybind11;
+using mccl::torch_adapter::ProcessGroupMCCL;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "MCCL: collectives over TCP for torch.distributed (C++ core)";
+
+  py::class_<ProcessGroupMCCL, c10d::Backend, c10::intrusive_ptr<ProcessGroupMCCL>>(
+      m, "ProcessGroupMCCL")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, const std::string& groupName,
+                       const std::string& routeHost) {
+             return c10::make_intrusive<ProcessGroupMCCL>(store, rank, size, timeout, groupName,
+                                                          routeHost);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("group_name") = "", py::arg("route_host") = "",
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("address", &ProcessGroupMCCL::address,
+                             "host:port this rank listens on")
+      .def_property_readonly(
+          "num_connections",
+          [](ProcessGroupMCCL& pg) { return pg.comm().numConnections(); },
+          "open TCP connections of this group (diagnostics)");
+
+  m.def(
+      "params",
+      [] {
+        py::list out;
+        for (const auto& p : mccl::allParams()) {
+          py::dict d;
+          d["name"] = p.env;
+          d["type"] = p.type;
+          d["default"] = p.defaultValue;
+          d["doc"] = p.doc;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every MCCL_* setting: name, type, default, doc");
+
+  m.def(
+      "reduce_supported",
+      [](const std::string& dtype, const std::string& op) {
+        for (int d = 0; d < mccl::kNumDataTypes; ++d) {
+          auto dt = static_cast<mccl::DataType>(d);
+          if (dtype != mccl::dtypeName(dt)) continue;
+          for (int o = 0; o < mccl::kNumReduceOps; ++o) {
+            auto ro = static_cast<mccl::ReduceOp>(o);
+            if (op == mccl::reduceOpName(ro)) return mccl::reduceSupported(dt, ro);
+          }
+        }
+        throw py::value_error("unknown dtype or reduce op: " + dtype + ", " + op);
+      },
+      "Whether the core supports reduce op `op` (e.g. 'SUM') on dtype `dtype` (e.g. 'float32')");
+
+  m.attr("built_with_torch") = TORCH_VERSION;
+}

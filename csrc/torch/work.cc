@@ -1,0 +1,253 @@
+#include "work.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include "util/error.h"
+
+namespace mccl::torch_adapter {
+
+namespace {
+
+c10::SourceLocation here(const char* fn) { return {fn, __FILE__, static_cast<uint32_t>(__LINE__)}; }
+
+}  // namespace
+
+DataType coreDtype(at::ScalarType type, const char* op, size_t* perElement) {
+  *perElement = 1;
+  switch (type) {
+    case at::kFloat: return DataType::kFloat32;
+    case at::kDouble: return DataType::kFloat64;
+    case at::kHalf: return DataType::kFloat16;
+    case at::kBFloat16: return DataType::kBFloat16;
+    case at::kChar: return DataType::kInt8;
+    case at::kByte: return DataType::kUInt8;
+    case at::kShort: return DataType::kInt16;
+    case at::kInt: return DataType::kInt32;
+    case at::kLong: return DataType::kInt64;
+    case at::kBool: return DataType::kBool;
+    case at::kComplexFloat: *perElement = 2; return DataType::kFloat32;
+    case at::kComplexDouble: *perElement = 2; return DataType::kFloat64;
+    case at::kComplexHalf: *perElement = 2; return DataType::kFloat16;
+    default: break;
+  }
+  TORCH_CHECK_TYPE(false, "mccl ", op, ": dtype ", type,
+                   " is not supported (supported: float32, float64, float16, bfloat16, int8, "
+                   "uint8, int16, int32, int64, bool, and complex as pairs of floats)");
+}
+
+CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const char* opName) {
+  CoreReduce r;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: r.op = ReduceOp::kSum; break;
+    case c10d::ReduceOp::AVG: r.op = ReduceOp::kAvg; break;
+    case c10d::ReduceOp::PRODUCT: r.op = ReduceOp::kProduct; break;
+    case c10d::ReduceOp::MIN: r.op = ReduceOp::kMin; break;
+    case c10d::ReduceOp::MAX: r.op = ReduceOp::kMax; break;
+    case c10d::ReduceOp::BAND: r.op = ReduceOp::kBAnd; break;
+    case c10d::ReduceOp::BOR: r.op = ReduceOp::kBOr; break;
+    case c10d::ReduceOp::BXOR: r.op = ReduceOp::kBXor; break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      r.op = ReduceOp::kPreMulSum;
+      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK_VALUE(s != nullptr, "mccl ", opName, ": PREMUL_SUM without a factor");
+      if (s->tensor_factor.defined()) {
+        TORCH_CHECK_VALUE(s->tensor_factor.numel() == 1, "mccl ", opName,
+                          ": PREMUL_SUM factor must have one element");
+        r.premulFactor = s->tensor_factor.to(at::kDouble).cpu().item<double>();
+      } else {
+        r.premulFactor = s->double_factor;
+      }
+      break;
+    }
+    default:
+      TORCH_CHECK_VALUE(false, "mccl ", opName, ": unknown reduce op ", static_cast<int>(op.op_));
+  }
+  if (at::isComplexType(type)) {
+    // Complex numbers travel as (re, im) pairs: only element-wise linear ops apply.
+    TORCH_CHECK_TYPE(r.op == ReduceOp::kSum || r.op == ReduceOp::kAvg || r.op == ReduceOp::kPreMulSum,
+                     "mccl ", opName, ": reduce op ", reduceOpName(r.op),
+                     " is not defined for complex tensors (use SUM, AVG or PREMUL_SUM)");
+    return r;
+  }
+  size_t per;
+  DataType dt = coreDtype(type, opName, &per);
+  TORCH_CHECK_TYPE(reduceSupported(dt, r.op), "mccl ", opName, ": reduce op ", reduceOpName(r.op),
+                   " is not supported for ", type, " tensors",
+                   isFloating(dt) && (r.op == ReduceOp::kBAnd || r.op == ReduceOp::kBOr ||
+                                      r.op == ReduceOp::kBXor)
+                       ? " (bitwise ops need integer or bool tensors)"
+                       : "");
+  return r;
+}
+
+View Staging::viewOf(const at::Tensor& t, const char* op) {
+  size_t per = 1;
+  View v;
+  v.dtype = coreDtype(t.scalar_type(), op, &per);
+  v.count = static_cast<size_t>(t.numel()) * per;
+  v.data = t.numel() > 0 ? t.data_ptr() : nullptr;
+  return v;
+}
+
+View Staging::input(const at::Tensor& t, const char* op) {
+  at::Tensor c = t.contiguous();
+  keep_.push_back(c);
+  return viewOf(c, op);
+}
+
+View Staging::output(const at::Tensor& t, const char* op) {
+  if (t.is_contiguous()) {
+    keep_.push_back(t);
+    return viewOf(t, op);
+  }
+  at::Tensor tmp = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  copyBack_.emplace_back(t, tmp);
+  return viewOf(tmp, op);
+}
+
+View Staging::inout(const at::Tensor& t, const char* op) {
+  if (t.is_contiguous()) {
+    keep_.push_back(t);
+    return viewOf(t, op);
+  }
+  at::Tensor tmp = t.contiguous();
+  copyBack_.emplace_back(t, tmp);
+  return viewOf(tmp, op);
+}
+
+View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack, const char* op) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(ts.size());
+  for (const auto& t : ts) flat.push_back(t.reshape({-1}));
+  at::Tensor buf = at::cat(flat);
+  if (writeBack) {
+    int64_t at = 0;
+    for (const auto& t : ts) {
+      copyBack_.emplace_back(t, buf.narrow(0, at, t.numel()).view(t.sizes()));
+      at += t.numel();
+    }
+  }
+  keep_.push_back(buf);
+  return viewOf(buf, op);
+}
+
+void Staging::finish() {
+  for (auto& [dst, src] : copyBack_) dst.copy_(src);
+  copyBack_.clear();
+  keep_.clear();
+}
+
+WorkMCCL::WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,
+                   std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs)
+    : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(inputs)),
+      outputs_(std::move(outputs)),
+      inputs_(std::move(inputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+WorkMCCL::~WorkMCCL() = default;
+
+void WorkMCCL::track(std::vector<std::shared_ptr<mccl::Work>> core, Staging staging) {
+  core_ = std::move(core);
+  staging_ = std::move(staging);
+  description_ = core_.empty() ? std::string("mccl op") : core_[0]->description();
+  pending_.store(static_cast<int>(core_.size()));
+  if (core_.empty()) {
+    onCoreDone();
+    return;
+  }
+  // The callbacks keep this Work alive until they have run.
+  c10::intrusive_ptr<WorkMCCL> self = c10::intrusive_ptr<WorkMCCL>::reclaim_copy(this);
+  for (auto& w : core_) {
+    w->onComplete([self] {
+      if (self->pending_.fetch_sub(1) == 1) self->onCoreDone();
+    });
+  }
+}
+
+void WorkMCCL::onCoreDone() {
+  std::exception_ptr error;
+  for (auto& w : core_) {
+    if (!error) error = w->exception();
+  }
+  if (error) {
+    error = toTorchError(error);
+  } else {
+    try {
+      staging_.finish();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_ = true;
+    exception_ = error;
+  }
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  cv_.notify_all();
+}
+
+bool WorkMCCL::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool WorkMCCL::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr WorkMCCL::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return exception_;
+}
+
+int WorkMCCL::sourceRank() const {
+  return core_.empty() ? -1 : core_[0]->sourceRank();
+}
+
+std::vector<at::Tensor> WorkMCCL::result() { return outputs_; }
+
+bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout.count() > 0) {
+    if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      throw c10::DistBackendError(
+          here(__func__), strCat(description_, ": not complete after Work.wait(timeout=",
+                                 timeout.count(), " ms); the operation continues"));
+    }
+  } else {
+    cv_.wait(lock, [&] { return completed_; });
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkMCCL::getFuture() { return future_; }
+
+std::exception_ptr toTorchError(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error&) {
+    return e;
+  } catch (const std::exception& x) {
+    return std::make_exception_ptr(c10::DistBackendError(here(__func__), x.what()));
+  }
+}
+
+void rethrowAsTorch(const std::exception& e) {
+  if (auto* m = dynamic_cast<const Error*>(&e)) {
+    if (m->kind() == ErrorKind::kUsage) throw c10::ValueError(here(__func__), m->what());
+    throw c10::DistBackendError(here(__func__), m->what());
+  }
+  throw c10::DistBackendError(here(__func__), e.what());
+}
+
+}  // namespace mccl::torch_adapter

@@ -1,0 +1,99 @@
+// WorkMCCL and the tensor plumbing of the torch adapter.
+//
+// Threads: WorkMCCL is completed on an MCCL thread (an op worker, or a
+// connection thread for send/recv). Completion first copies staged outputs
+// back into the caller's tensors, then marks the Work and its Future; so
+// whoever waits (Work::wait, DDP's future->wait(), a then() callback) sees
+// final values. Future callbacks therefore run on MCCL threads.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/work.h"
+#include "util/dtype.h"
+
+namespace mccl::torch_adapter {
+
+// What the core sees of a tensor: contiguous memory of `count` elements.
+struct View {
+  void* data = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+// The core dtype for a tensor dtype; complex types travel as pairs of their
+// real type. Throws TypeError naming the op for anything else.
+DataType coreDtype(at::ScalarType type, const char* op, size_t* perElement);
+
+struct CoreReduce {
+  ReduceOp op = ReduceOp::kSum;
+  double premulFactor = 1.0;
+};
+// Throws TypeError naming the op when `op` cannot apply to `type`.
+CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const char* opName);
+
+// The memory an op works on, and the copies to make when it completes.
+class Staging {
+ public:
+  // Read-only: the tensor's own memory when contiguous, else a copy.
+  View input(const at::Tensor& t, const char* op);
+  // Written: own memory when contiguous, else a temporary copied back.
+  View output(const at::Tensor& t, const char* op);
+  // Read and written in place: like output(), the temporary starts as a copy.
+  View inout(const at::Tensor& t, const char* op);
+  // One flat buffer for several tensors of one dtype (coalesced ops).
+  View flatten(const std::vector<at::Tensor>& ts, bool writeBack, const char* op);
+  // Runs the copy-backs (on the completing thread).
+  void finish();
+  void keep(const at::Tensor& t) { keep_.push_back(t); }
+
+ private:
+  View viewOf(const at::Tensor& t, const char* op);
+  std::vector<at::Tensor> keep_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;  // (caller's, staged)
+};
+
+class WorkMCCL : public c10d::Work {
+ public:
+  WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,
+           std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs);
+  ~WorkMCCL() override;
+
+  // Completes when every core op does; call once, after construction.
+  void track(std::vector<std::shared_ptr<mccl::Work>> core, Staging staging);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  void onCoreDone();
+
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<std::shared_ptr<mccl::Work>> core_;
+  Staging staging_;
+  std::atomic<int> pending_{0};
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::string description_;
+};
+
+// Maps an exception from the core to what torch users expect: usage errors
+// become ValueError; everything else DistBackendError.
+std::exception_ptr toTorchError(const std::exception_ptr& e);
+[[noreturn]] void rethrowAsTorch(const std::exception& e);
+
+}  // namespace mccl::torch_adapter
