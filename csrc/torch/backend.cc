@@ -37,7 +37,7 @@ void checkSameAs(const Communicator& comm, const at::Tensor& t, const at::Tensor
                  const char* op, const char* what) {
   checkTensor(comm, t, op);
   TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), who(comm, op), ": ", what, " has dtype ",
-                   t.scalar_type(), " but the input has ", ref.scalar_type());
+                   dtypeLabel(t.scalar_type()), " but the input has ", dtypeLabel(ref.scalar_type()));
   TORCH_CHECK_VALUE(t.numel() == ref.numel(), who(comm, op), ": ", what, " has ", t.numel(),
                     " elements but the input has ", ref.numel());
 }
@@ -127,9 +127,9 @@ WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
     return allreduce_coalesced(tensors, co);
   }
   checkSingle(*comm_, tensors, op);
-  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), op);
-  Staging st;
-  View v = st.inout(tensors[0], op);
+  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), who(*comm_, op));
+  Staging st(who(*comm_, op));
+  View v = st.inout(tensors[0]);
   AllreduceOptions o;
   o.buf = v.data;
   o.count = v.count;
@@ -141,6 +141,13 @@ WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
   return finish(*comm_, OpType::ALLREDUCE, "mccl:all_reduce", tensors, tensors, {w}, std::move(st));
 }
 
+WorkPtr ProcessGroupMCCL::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions&) {
+  TORCH_CHECK_VALUE(false, who(*comm_, "allreduce"), ": sparse tensors are not supported (",
+                    tensors.empty() ? std::string("no tensor") : c10::str(tensors[0].layout()),
+                    "); call .to_dense() first");
+}
+
 WorkPtr ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                               const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "allreduce_coalesced";
@@ -148,12 +155,12 @@ WorkPtr ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
   for (const auto& t : tensors) {
     checkTensor(*comm_, t, op);
     TORCH_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(), who(*comm_, op),
-                     ": all tensors must have one dtype, got ", tensors[0].scalar_type(), " and ",
-                     t.scalar_type());
+                     ": all tensors must have one dtype, got ", dtypeLabel(tensors[0].scalar_type()), " and ",
+                     dtypeLabel(t.scalar_type()));
   }
-  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), op);
-  Staging st;
-  View v = st.flatten(tensors, /*writeBack=*/true, op);
+  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), who(*comm_, op));
+  Staging st(who(*comm_, op));
+  View v = st.flatten(tensors, /*writeBack=*/true);
   AllreduceOptions o;
   o.buf = v.data;
   o.count = v.count;
@@ -173,8 +180,8 @@ WorkPtr ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
   checkRoot(*comm_, opts.rootRank, op);
   TORCH_CHECK_VALUE(opts.rootTensor == 0, who(*comm_, op), ": rootTensor must be 0, got ",
                     opts.rootTensor);
-  Staging st;
-  View v = st.inout(tensors[0], op);
+  Staging st(who(*comm_, op));
+  View v = st.inout(tensors[0]);
   BroadcastOptions o{v.data, v.count, v.dtype, static_cast<int>(opts.rootRank),
                      opTimeout(opts.timeout)};
   auto w = call([&] { return mccl::broadcast(*comm_, o); });
@@ -188,9 +195,9 @@ WorkPtr ProcessGroupMCCL::reduce(std::vector<at::Tensor>& tensors,
   checkRoot(*comm_, opts.rootRank, op);
   TORCH_CHECK_VALUE(opts.rootTensor == 0, who(*comm_, op), ": rootTensor must be 0, got ",
                     opts.rootTensor);
-  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), op);
-  Staging st;
-  View v = st.inout(tensors[0], op);
+  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), who(*comm_, op));
+  Staging st(who(*comm_, op));
+  View v = st.inout(tensors[0]);
   ReduceOptions o;
   o.buf = v.data;
   o.count = v.count;
@@ -214,8 +221,8 @@ WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& output
   TORCH_CHECK_VALUE(static_cast<int>(outs.size()) == comm_->size(), who(*comm_, op),
                     ": the output list has ", outs.size(), " tensors but the group has ",
                     comm_->size(), " ranks");
-  Staging st;
-  View in = st.input(inputs[0], op);
+  Staging st(who(*comm_, op));
+  View in = st.input(inputs[0]);
   AllgatherOptions o;
   o.in = in.data;
   o.count = in.count;
@@ -223,7 +230,7 @@ WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& output
   o.timeout = opTimeout(opts.timeout);
   for (auto& t : outs) {
     checkSameAs(*comm_, t, inputs[0], op, "an output tensor");
-    o.out.push_back(st.output(t, op).data);
+    o.out.push_back(st.output(t).data);
   }
   auto w = call([&] { return mccl::allgather(*comm_, o); });
   return finish(*comm_, OpType::ALLGATHER, "mccl:all_gather", outs, inputs, {w}, std::move(st));
@@ -235,14 +242,14 @@ WorkPtr ProcessGroupMCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
   checkTensor(*comm_, input, op);
   checkTensor(*comm_, output, op);
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), who(*comm_, op),
-                   ": output dtype ", output.scalar_type(), " differs from input dtype ",
-                   input.scalar_type());
+                   ": output dtype ", dtypeLabel(output.scalar_type()), " differs from input dtype ",
+                   dtypeLabel(input.scalar_type()));
   TORCH_CHECK_VALUE(output.numel() == input.numel() * comm_->size(), who(*comm_, op),
                     ": output has ", output.numel(), " elements; expected world size ",
                     comm_->size(), " x input's ", input.numel());
-  Staging st;
-  View in = st.input(input, op);
-  View out = st.output(output, op);
+  Staging st(who(*comm_, op));
+  View in = st.input(input);
+  View out = st.output(output);
   AllgatherOptions o;
   o.in = in.data;
   o.count = in.count;
@@ -261,13 +268,13 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
   TORCH_CHECK_VALUE(outputLists.size() == inputs.size(), who(*comm_, op), ": ",
                     outputLists.size(), " output lists for ", inputs.size(), " inputs");
   std::vector<std::shared_ptr<Work>> core;
-  Staging st;
+  Staging st(who(*comm_, op));
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(*comm_, inputs[i], op);
     TORCH_CHECK_VALUE(static_cast<int>(outputLists[i].size()) == comm_->size(), who(*comm_, op),
                       ": output list ", i, " has ", outputLists[i].size(), " tensors");
-    View in = st.input(inputs[i], op);
+    View in = st.input(inputs[i]);
     AllgatherOptions o;
     o.in = in.data;
     o.count = in.count;
@@ -275,7 +282,7 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
     o.timeout = opTimeout(opts.timeout);
     for (auto& t : outputLists[i]) {
       checkSameAs(*comm_, t, inputs[i], op, "an output tensor");
-      o.out.push_back(st.output(t, op).data);
+      o.out.push_back(st.output(t).data);
       outs.push_back(t);
     }
     core.push_back(call([&] { return mccl::allgather(*comm_, o); }));
@@ -291,16 +298,16 @@ WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), who(*comm_, op), ": ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
   std::vector<std::shared_ptr<Work>> core;
-  Staging st;
+  Staging st(who(*comm_, op));
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(*comm_, inputs[i], op);
     checkTensor(*comm_, outputs[i], op);
     TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * comm_->size() &&
                           outputs[i].scalar_type() == inputs[i].scalar_type(),
                       who(*comm_, op), ": output ", i, " must have world size x the input's ",
-                      inputs[i].numel(), " elements of ", inputs[i].scalar_type());
-    View in = st.input(inputs[i], op);
-    View out = st.output(outputs[i], op);
+                      inputs[i].numel(), " elements of ", dtypeLabel(inputs[i].scalar_type()));
+    View in = st.input(inputs[i]);
+    View out = st.output(outputs[i]);
     AllgatherOptions o;
     o.in = in.data;
     o.count = in.count;
@@ -320,8 +327,8 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
   checkSingle(*comm_, inputs, op);
   checkRoot(*comm_, opts.rootRank, op);
   const bool root = comm_->rank() == opts.rootRank;
-  Staging st;
-  View in = st.input(inputs[0], op);
+  Staging st(who(*comm_, op));
+  View in = st.input(inputs[0]);
   GatherOptions o;
   o.in = in.data;
   o.count = in.count;
@@ -335,7 +342,7 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
                       " tensors");
     for (auto& t : outputs[0]) {
       checkSameAs(*comm_, t, inputs[0], op, "an output tensor");
-      o.out.push_back(st.output(t, op).data);
+      o.out.push_back(st.output(t).data);
       outs.push_back(t);
     }
   } else {
@@ -353,8 +360,8 @@ WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
   checkSingle(*comm_, outputs, op);
   checkRoot(*comm_, opts.rootRank, op);
   const bool root = comm_->rank() == opts.rootRank;
-  Staging st;
-  View out = st.output(outputs[0], op);
+  Staging st(who(*comm_, op));
+  View out = st.output(outputs[0]);
   ScatterOptions o;
   o.out = out.data;
   o.count = out.count;
@@ -368,7 +375,7 @@ WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
                       " tensors");
     for (auto& t : inputs[0]) {
       checkSameAs(*comm_, t, outputs[0], op, "an input tensor");
-      o.in.push_back(st.input(t, op).data);
+      o.in.push_back(st.input(t).data);
       ins.push_back(t);
     }
   } else {
@@ -386,9 +393,9 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
   checkSingle(*comm_, outputs, op);
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == comm_->size(),
                     who(*comm_, op), ": expected one input list of ", comm_->size(), " tensors");
-  CoreReduce red = coreReduce(opts.reduceOp, outputs[0].scalar_type(), op);
-  Staging st;
-  View out = st.output(outputs[0], op);
+  CoreReduce red = coreReduce(opts.reduceOp, outputs[0].scalar_type(), who(*comm_, op));
+  Staging st(who(*comm_, op));
+  View out = st.output(outputs[0]);
   ReduceScatterOptions o;
   o.out = out.data;
   o.count = out.count;
@@ -398,7 +405,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
   o.timeout = opTimeout(opts.timeout);
   for (auto& t : inputs[0]) {
     checkSameAs(*comm_, t, outputs[0], op, "an input tensor");
-    o.in.push_back(st.input(t, op).data);
+    o.in.push_back(st.input(t).data);
   }
   auto w = call([&] { return mccl::reduceScatter(*comm_, o); });
   return finish(*comm_, OpType::REDUCE_SCATTER, "mccl:reduce_scatter", outputs, inputs[0], {w},
@@ -411,15 +418,15 @@ WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& i
   checkTensor(*comm_, input, op);
   checkTensor(*comm_, output, op);
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), who(*comm_, op),
-                   ": output dtype ", output.scalar_type(), " differs from input dtype ",
-                   input.scalar_type());
+                   ": output dtype ", dtypeLabel(output.scalar_type()), " differs from input dtype ",
+                   dtypeLabel(input.scalar_type()));
   TORCH_CHECK_VALUE(input.numel() == output.numel() * comm_->size(), who(*comm_, op),
                     ": input has ", input.numel(), " elements; expected world size ",
                     comm_->size(), " x output's ", output.numel());
-  CoreReduce red = coreReduce(opts.reduceOp, output.scalar_type(), op);
-  Staging st;
-  View in = st.input(input, op);
-  View out = st.output(output, op);
+  CoreReduce red = coreReduce(opts.reduceOp, output.scalar_type(), who(*comm_, op));
+  Staging st(who(*comm_, op));
+  View in = st.input(input);
+  View out = st.output(output);
   ReduceScatterOptions o;
   o.out = out.data;
   o.count = out.count;
@@ -440,17 +447,17 @@ WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), who(*comm_, op), ": ", outputs.size(),
                     " outputs for ", inputs.size(), " inputs");
   std::vector<std::shared_ptr<Work>> core;
-  Staging st;
+  Staging st(who(*comm_, op));
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(*comm_, inputs[i], op);
     checkTensor(*comm_, outputs[i], op);
     TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * comm_->size() &&
                           outputs[i].scalar_type() == inputs[i].scalar_type(),
                       who(*comm_, op), ": input ", i, " must have world size x the output's ",
-                      outputs[i].numel(), " elements of ", outputs[i].scalar_type());
-    CoreReduce red = coreReduce(opts.reduceOp, outputs[i].scalar_type(), op);
-    View in = st.input(inputs[i], op);
-    View out = st.output(outputs[i], op);
+                      outputs[i].numel(), " elements of ", dtypeLabel(outputs[i].scalar_type()));
+    CoreReduce red = coreReduce(opts.reduceOp, outputs[i].scalar_type(), who(*comm_, op));
+    View in = st.input(inputs[i]);
+    View out = st.output(outputs[i]);
     ReduceScatterOptions o;
     o.out = out.data;
     o.count = out.count;
@@ -473,8 +480,8 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
   checkTensor(*comm_, input, op);
   checkTensor(*comm_, output, op);
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), who(*comm_, op),
-                   ": output dtype ", output.scalar_type(), " differs from input dtype ",
-                   input.scalar_type());
+                   ": output dtype ", dtypeLabel(output.scalar_type()), " differs from input dtype ",
+                   dtypeLabel(input.scalar_type()));
   const int n = comm_->size();
   // Splits are in rows of dim 0; none given means equal splits.
   auto rowsOf = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
@@ -502,9 +509,9 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
   auto outRows = rowsOf(output, outputSplitSizes, "output");
   const int64_t inRow = input.dim() == 0 || input.size(0) == 0 ? 0 : input.numel() / input.size(0);
   const int64_t outRow = output.dim() == 0 || output.size(0) == 0 ? 0 : output.numel() / output.size(0);
-  Staging st;
-  View in = st.input(input, op);
-  View out = st.output(output, op);
+  Staging st(who(*comm_, op));
+  View in = st.input(input);
+  View out = st.output(output);
   const size_t per = in.count / std::max<size_t>(1, static_cast<size_t>(input.numel()));
   const size_t es = dtypeSize(in.dtype);
   AlltoallOptions o;
@@ -534,7 +541,7 @@ WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
   TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                     who(*comm_, op), ": expected ", n, " input and output tensors, got ",
                     inputs.size(), " and ", outputs.size());
-  Staging st;
+  Staging st(who(*comm_, op));
   AlltoallOptions o;
   o.timeout = opTimeout(opts.timeout);
   for (int p = 0; p < n; ++p) {
@@ -542,9 +549,9 @@ WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
     checkTensor(*comm_, outputs[static_cast<size_t>(p)], op);
     TORCH_CHECK_TYPE(inputs[static_cast<size_t>(p)].scalar_type() == inputs[0].scalar_type() &&
                          outputs[static_cast<size_t>(p)].scalar_type() == inputs[0].scalar_type(),
-                     who(*comm_, op), ": all tensors must have dtype ", inputs[0].scalar_type());
-    View in = st.input(inputs[static_cast<size_t>(p)], op);
-    View out = st.output(outputs[static_cast<size_t>(p)], op);
+                     who(*comm_, op), ": all tensors must have dtype ", dtypeLabel(inputs[0].scalar_type()));
+    View in = st.input(inputs[static_cast<size_t>(p)]);
+    View out = st.output(outputs[static_cast<size_t>(p)]);
     o.dtype = in.dtype;
     o.in.push_back(in.data);
     o.inCounts.push_back(in.count);
@@ -559,8 +566,8 @@ WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, in
   const char* op = "send";
   checkSingle(*comm_, tensors, op);
   TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
-  Staging st;
-  View v = st.input(tensors[0], op);
+  Staging st(who(*comm_, op));
+  View v = st.input(tensors[0]);
   auto w = call([&] {
     return mccl::send(*comm_, dstRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
   });
@@ -571,8 +578,8 @@ WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, in
   const char* op = "recv";
   checkSingle(*comm_, tensors, op);
   TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
-  Staging st;
-  View v = st.output(tensors[0], op);
+  Staging st(who(*comm_, op));
+  View v = st.output(tensors[0]);
   auto w = call([&] {
     return mccl::recv(*comm_, srcRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
   });
@@ -583,8 +590,8 @@ WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int ta
   const char* op = "recv";
   checkSingle(*comm_, tensors, op);
   TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
-  Staging st;
-  View v = st.output(tensors[0], op);
+  Staging st(who(*comm_, op));
+  View v = st.output(tensors[0]);
   auto w = call([&] {
     return mccl::recv(*comm_, Communicator::kAnySource, static_cast<uint32_t>(tag), v.data,
                       v.count, v.dtype);

@@ -14,7 +14,25 @@ c10::SourceLocation here(const char* fn) { return {fn, __FILE__, static_cast<uin
 
 }  // namespace
 
-DataType coreDtype(at::ScalarType type, const char* op, size_t* perElement) {
+std::string dtypeLabel(at::ScalarType type) {
+  switch (type) {
+    case at::kComplexFloat: return "complex64";
+    case at::kComplexDouble: return "complex128";
+    case at::kComplexHalf: return "complex32";
+    case at::kUInt16: return "uint16";
+    case at::kUInt32: return "uint32";
+    case at::kUInt64: return "uint64";
+    default: break;
+  }
+  size_t per;
+  try {
+    return dtypeName(coreDtype(type, "", &per));
+  } catch (const c10::Error&) {
+    return c10::toString(type);
+  }
+}
+
+DataType coreDtype(at::ScalarType type, const std::string& who, size_t* perElement) {
   *perElement = 1;
   switch (type) {
     case at::kFloat: return DataType::kFloat32;
@@ -32,12 +50,12 @@ DataType coreDtype(at::ScalarType type, const char* op, size_t* perElement) {
     case at::kComplexHalf: *perElement = 2; return DataType::kFloat16;
     default: break;
   }
-  TORCH_CHECK_TYPE(false, "mccl ", op, ": dtype ", type,
+  TORCH_CHECK_TYPE(false, who, ": dtype ", dtypeLabel(type),
                    " is not supported (supported: float32, float64, float16, bfloat16, int8, "
                    "uint8, int16, int32, int64, bool, and complex as pairs of floats)");
 }
 
-CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const char* opName) {
+CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const std::string& who) {
   CoreReduce r;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: r.op = ReduceOp::kSum; break;
@@ -51,9 +69,9 @@ CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const char*
     case c10d::ReduceOp::PREMUL_SUM: {
       r.op = ReduceOp::kPreMulSum;
       auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-      TORCH_CHECK_VALUE(s != nullptr, "mccl ", opName, ": PREMUL_SUM without a factor");
+      TORCH_CHECK_VALUE(s != nullptr, who, ": PREMUL_SUM without a factor");
       if (s->tensor_factor.defined()) {
-        TORCH_CHECK_VALUE(s->tensor_factor.numel() == 1, "mccl ", opName,
+        TORCH_CHECK_VALUE(s->tensor_factor.numel() == 1, who,
                           ": PREMUL_SUM factor must have one element");
         r.premulFactor = s->tensor_factor.to(at::kDouble).cpu().item<double>();
       } else {
@@ -62,19 +80,19 @@ CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const char*
       break;
     }
     default:
-      TORCH_CHECK_VALUE(false, "mccl ", opName, ": unknown reduce op ", static_cast<int>(op.op_));
+      TORCH_CHECK_VALUE(false, who, ": unknown reduce op ", static_cast<int>(op.op_));
   }
   if (at::isComplexType(type)) {
     // Complex numbers travel as (re, im) pairs: only element-wise linear ops apply.
     TORCH_CHECK_TYPE(r.op == ReduceOp::kSum || r.op == ReduceOp::kAvg || r.op == ReduceOp::kPreMulSum,
-                     "mccl ", opName, ": reduce op ", reduceOpName(r.op),
+                     who, ": reduce op ", reduceOpName(r.op),
                      " is not defined for complex tensors (use SUM, AVG or PREMUL_SUM)");
     return r;
   }
   size_t per;
-  DataType dt = coreDtype(type, opName, &per);
-  TORCH_CHECK_TYPE(reduceSupported(dt, r.op), "mccl ", opName, ": reduce op ", reduceOpName(r.op),
-                   " is not supported for ", type, " tensors",
+  DataType dt = coreDtype(type, who, &per);
+  TORCH_CHECK_TYPE(reduceSupported(dt, r.op), who, ": reduce op ", reduceOpName(r.op),
+                   " is not supported for ", dtypeLabel(type), " tensors",
                    isFloating(dt) && (r.op == ReduceOp::kBAnd || r.op == ReduceOp::kBOr ||
                                       r.op == ReduceOp::kBXor)
                        ? " (bitwise ops need integer or bool tensors)"
@@ -82,42 +100,42 @@ CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const char*
   return r;
 }
 
-View Staging::viewOf(const at::Tensor& t, const char* op) {
+View Staging::viewOf(const at::Tensor& t) {
   size_t per = 1;
   View v;
-  v.dtype = coreDtype(t.scalar_type(), op, &per);
+  v.dtype = coreDtype(t.scalar_type(), who_, &per);
   v.count = static_cast<size_t>(t.numel()) * per;
   v.data = t.numel() > 0 ? t.data_ptr() : nullptr;
   return v;
 }
 
-View Staging::input(const at::Tensor& t, const char* op) {
+View Staging::input(const at::Tensor& t) {
   at::Tensor c = t.contiguous();
   keep_.push_back(c);
-  return viewOf(c, op);
+  return viewOf(c);
 }
 
-View Staging::output(const at::Tensor& t, const char* op) {
+View Staging::output(const at::Tensor& t) {
   if (t.is_contiguous()) {
     keep_.push_back(t);
-    return viewOf(t, op);
+    return viewOf(t);
   }
   at::Tensor tmp = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
   copyBack_.emplace_back(t, tmp);
-  return viewOf(tmp, op);
+  return viewOf(tmp);
 }
 
-View Staging::inout(const at::Tensor& t, const char* op) {
+View Staging::inout(const at::Tensor& t) {
   if (t.is_contiguous()) {
     keep_.push_back(t);
-    return viewOf(t, op);
+    return viewOf(t);
   }
   at::Tensor tmp = t.contiguous();
   copyBack_.emplace_back(t, tmp);
-  return viewOf(tmp, op);
+  return viewOf(tmp);
 }
 
-View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack, const char* op) {
+View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
   std::vector<at::Tensor> flat;
   flat.reserve(ts.size());
   for (const auto& t : ts) flat.push_back(t.reshape({-1}));
@@ -130,7 +148,7 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack, const c
     }
   }
   keep_.push_back(buf);
-  return viewOf(buf, op);
+  return viewOf(buf);
 }
 
 void Staging::finish() {

@@ -30,33 +30,39 @@ struct View {
 };
 
 // The core dtype for a tensor dtype; complex types travel as pairs of their
-// real type. Throws TypeError naming the op for anything else.
-DataType coreDtype(at::ScalarType type, const char* op, size_t* perElement);
+// real type. Throws TypeError naming `who` (op and rank) for anything else.
+DataType coreDtype(at::ScalarType type, const std::string& who, size_t* perElement);
+// "float32", "complex64", ... (torch's names without the "torch." prefix).
+std::string dtypeLabel(at::ScalarType type);
 
 struct CoreReduce {
   ReduceOp op = ReduceOp::kSum;
   double premulFactor = 1.0;
 };
-// Throws TypeError naming the op when `op` cannot apply to `type`.
-CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const char* opName);
+// Throws TypeError naming `who` when `op` cannot apply to `type`.
+CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const std::string& who);
 
 // The memory an op works on, and the copies to make when it completes.
 class Staging {
  public:
+  Staging() = default;
+  // `who` names the op and rank in errors: "mccl allreduce (rank 1/4, ...)".
+  explicit Staging(std::string who) : who_(std::move(who)) {}
   // Read-only: the tensor's own memory when contiguous, else a copy.
-  View input(const at::Tensor& t, const char* op);
+  View input(const at::Tensor& t);
   // Written: own memory when contiguous, else a temporary copied back.
-  View output(const at::Tensor& t, const char* op);
+  View output(const at::Tensor& t);
   // Read and written in place: like output(), the temporary starts as a copy.
-  View inout(const at::Tensor& t, const char* op);
+  View inout(const at::Tensor& t);
   // One flat buffer for several tensors of one dtype (coalesced ops).
-  View flatten(const std::vector<at::Tensor>& ts, bool writeBack, const char* op);
+  View flatten(const std::vector<at::Tensor>& ts, bool writeBack);
   // Runs the copy-backs (on the completing thread).
   void finish();
   void keep(const at::Tensor& t) { keep_.push_back(t); }
 
  private:
-  View viewOf(const at::Tensor& t, const char* op);
+  View viewOf(const at::Tensor& t);
+  std::string who_;
   std::vector<at::Tensor> keep_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;  // (caller's, staged)
 };

@@ -141,6 +141,24 @@ TEST(Abort, PeersFailFastWithTheCause) {
   });
 }
 
+TEST(PeerShutdown, PendingOpFailsFastNamingThePeer) {
+  runRanks(2, [&](Communicator& comm) {
+    std::vector<float> b(8);
+    allreduceOf(comm, b)->wait();  // connected both ways
+    if (comm.rank() == 1) return;  // shuts down cleanly while rank 0 waits
+    auto start = Clock::now();
+    try {
+      allreduceOf(comm, b)->wait();
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_LT(secondsSince(start), 5.0);
+      std::string m = e.what();
+      EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+      EXPECT_NE(m.find("has shut down"), std::string::npos) << m;
+    }
+  });
+}
+
 TEST(Usage, BadArgumentsBeforeAnyTraffic) {
   runRanks(2, [&](Communicator& comm) {
     std::vector<float> b(4);

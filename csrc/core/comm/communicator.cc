@@ -435,9 +435,20 @@ void Communicator::connectionEnded(Connection& c, const Error* err) {
     for (auto& x : p.conns) {
       if (x.get() != &c && !x->ended()) allClosed = false;
     }
-    if (allClosed && c.peerClosed()) p.closed = true;
+    allClosed = allClosed && c.peerClosed();
+    if (allClosed) p.closed = true;
   }
   p.cv.notify_all();
+  if (allClosed) {
+    // Everything the peer sent has arrived: whatever else we wait for from it
+    // will never come.
+    matching_->sourceClosed(static_cast<uint32_t>(c.peer()),
+                            Error(ErrorKind::kRemote,
+                                  strCat(selfName(), ": ", peerName(c.peer()),
+                                         " has shut down its process group (destroy_process_group "
+                                         "or exit) while this rank still expects data from it; "
+                                         "did the ranks run different numbers of operations?")));
+  }
 }
 
 // --------------------------------------------------------------------- ops

@@ -213,7 +213,10 @@ void Matching::post(const std::shared_ptr<RecvRequest>& req) {
     } else {
       if (req->key.p2p) req->key.seq = recvCounter_[{req->key.src, req->key.slot}]++;
       auto u = unexpected_.find(req->key);
-      if (u == unexpected_.end()) {
+      auto closed = closedSources_.find(req->key.src);
+      if (u == unexpected_.end() && closed != closedSources_.end()) {
+        done.emplace_back(req, std::make_unique<Error>(closed->second));
+      } else if (u == unexpected_.end()) {
         posted_[req->key] = req;
         budgetCv_.notify_all();
       } else {
@@ -288,6 +291,29 @@ void Matching::beginOp(uint64_t seq, const OpSignature& sig) {
 void Matching::endOp(uint64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
   active_.erase(seq);
+}
+
+void Matching::sourceClosed(uint32_t src, const Error& e) {
+  DoneList done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closedSources_.emplace(src, e);
+    for (auto it = posted_.begin(); it != posted_.end();) {
+      auto req = it->second;
+      if (req->key.src != src) {
+        ++it;
+        continue;
+      }
+      if (req->inflight == 0) {
+        done.emplace_back(req, std::make_unique<Error>(e));
+      } else {
+        req->failedWith = std::make_unique<Error>(e);
+        failing_[it->first] = req;
+      }
+      it = posted_.erase(it);
+    }
+  }
+  finishAll(done);
 }
 
 void Matching::failAll(const Error& e) {

@@ -59,6 +59,9 @@ class Matching {
 
   // Fails every posted receive with `e` and makes later calls fail.
   void failAll(const Error& e);
+  // Rank `src` shut down cleanly and will send nothing more: fails receives
+  // from it that are posted now or later (unless already buffered).
+  void sourceClosed(uint32_t src, const Error& e);
 
   size_t unexpectedBytes() const;
 
@@ -97,6 +100,7 @@ class Matching {
   std::vector<std::shared_ptr<RecvRequest>> anySource_;  // FIFO
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> recvCounter_;  // (src, tag) -> next
   std::map<uint64_t, OpSignature> active_;
+  std::map<uint32_t, Error> closedSources_;
   uint64_t nextToStart_ = 0;
   uint64_t arrivals_ = 0;
   size_t unexpectedBytes_ = 0;

@@ -1,0 +1,110 @@
+"""Tables in README.md that are generated from the code, and checked by
+tests/python/test_docs.py: the MCCL_* settings and the support matrix.
+
+    python -m mccl._docs            # print the tables
+    python -m mccl._docs --update README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from . import _C
+
+DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool"]
+REDUCE_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"]
+# Every c10d Backend method MCCL implements, by the torch.distributed call that reaches it.
+COLLECTIVES = [
+    ("all_reduce", "allreduce"),
+    ("all_reduce_coalesced", "allreduce_coalesced"),
+    ("broadcast", "broadcast"),
+    ("reduce", "reduce"),
+    ("all_gather", "allgather"),
+    ("all_gather_into_tensor", "_allgather_base"),
+    ("all_gather_into_tensor (coalesced)", "allgather_into_tensor_coalesced"),
+    ("all_gather_coalesced", "allgather_coalesced"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("reduce_scatter", "reduce_scatter"),
+    ("reduce_scatter_tensor", "_reduce_scatter_base"),
+    ("reduce_scatter_tensor (coalesced)", "reduce_scatter_tensor_coalesced"),
+    ("all_to_all", "alltoall"),
+    ("all_to_all_single", "alltoall_base"),
+    ("send / isend", "send"),
+    ("recv / irecv", "recv"),
+    ("recv (any source)", "recvAnysource"),
+    ("barrier", "barrier"),
+]
+# What each device can do today, and where it ran.
+DEVICES = [
+    ("cpu", "yes", "all dtypes; tested on Linux x86-64 (CI)"),
+    ("cuda", "not yet", "tensors are rejected with a clear error"),
+    ("mps", "not yet", "tensors are rejected with a clear error"),
+]
+
+BEGIN = "<!-- BEGIN GENERATED {name} (python -m mccl._docs --update README.md) -->"
+END = "<!-- END GENERATED {name} -->"
+
+
+def params_table() -> str:
+    rows = ["| Setting | Type | Default | What it does |", "|---|---|---|---|"]
+    for p in _C.params():
+        default = f"`{p['default']}`" if p["default"] != "" else "(unset)"
+        rows.append(f"| `{p['name']}` | {p['type'].lower()} | {default} | {p['doc']} |")
+    return "\n".join(rows)
+
+
+def reduce_table() -> str:
+    rows = ["| dtype | " + " | ".join(REDUCE_OPS) + " |", "|---|" + "---|" * len(REDUCE_OPS)]
+    for d in DTYPES:
+        cells = ["yes" if _C.reduce_supported(d, op) else "—" for op in REDUCE_OPS]
+        rows.append(f"| {d} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def collectives_table() -> str:
+    rows = ["| torch.distributed call | Backend method | " + " | ".join(d for d, _, _ in DEVICES) + " |",
+            "|---|---|" + "---|" * len(DEVICES)]
+    for call, method in COLLECTIVES:
+        rows.append(f"| `{call}` | `{method}` | " + " | ".join(s for _, s, _ in DEVICES) + " |")
+    rows.append("")
+    for d, s, note in DEVICES:
+        rows.append(f"- **{d}**: {s} — {note}.")
+    return "\n".join(rows)
+
+
+TABLES = {"PARAMS": params_table, "REDUCE_SUPPORT": reduce_table, "COLLECTIVES": collectives_table}
+
+
+def render(text: str) -> str:
+    """`text` with every generated section replaced by the current table."""
+    for name, fn in TABLES.items():
+        pattern = re.compile(re.escape(BEGIN.format(name=name)) + r".*?" + re.escape(END.format(name=name)), re.S)
+        block = BEGIN.format(name=name) + "\n" + fn() + "\n" + END.format(name=name)
+        if not pattern.search(text):
+            raise ValueError(f"section {name} is missing")
+        text = pattern.sub(lambda _: block, text)
+    return text
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--update", metavar="FILE", help="rewrite the generated sections of FILE")
+    a = ap.parse_args(argv)
+    if a.update:
+        with open(a.update) as f:
+            old = f.read()
+        new = render(old)
+        if new != old:
+            with open(a.update, "w") as f:
+                f.write(new)
+        return 0
+    for name, fn in TABLES.items():
+        print(f"## {name}\n\n{fn()}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian/Ubuntu machine (or re-checks a prepared one):
+# system packages, torch, and MCCL built against that torch.
+#   PYTHON=python3.11 bash scripts/setup.sh   # choose the interpreter
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+say() { printf '\n== %s\n' "$*"; }
+
+# GoogleTest (C++ tests) from the distribution, when missing.
+if [ ! -f /usr/include/gtest/gtest.h ]; then
+  say "installing libgtest-dev"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get install -y -q libgtest-dev >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q libgtest-dev >/dev/null; }
+fi
+
+# Build tools and torch. Torch is installed only when absent: an installed
+# torch (2.5 or newer, CPU or CUDA) is used as is.
+$PY -m pip --version >/dev/null
+if ! $PY -c "import torch" 2>/dev/null; then
+  say "installing torch==2.13.0 (CPU)"
+  $PY -m pip install -q torch==2.13.0
+fi
+missing=()
+for mod in pytest numpy cmake ninja scikit_build_core; do
+  $PY -c "import $mod" 2>/dev/null || missing+=("$mod")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  $PY -m pip install -q "${missing[@]/scikit_build_core/scikit-build-core}"
+fi
+
+# MCCL itself, against the installed torch (no build isolation: an isolated
+# build would download its own, multi-GB torch). The build folder is kept, so
+# a second run only rebuilds what changed.
+say "building and installing mccl (torch $($PY -c 'import torch; print(torch.__version__)'))"
+$PY -m pip install -q --no-build-isolation . 2>&1 | grep -v "as the 'root' user" || true
+$PY -c "import mccl; print('mccl', mccl.__version__, 'ready')"

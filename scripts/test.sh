@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up this machine, then runs every test: the C++ core suite (GoogleTest,
+# ranks as threads over loopback) and the Python suite (pytest, real
+# multi-process torch.distributed jobs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+bash scripts/setup.sh
+
+printf '\n== C++ core tests\n'
+cmake -S . -B build/core -G Ninja -DMCCL_BUILD_TESTS=ON -DMCCL_BUILD_TORCH=OFF >/dev/null
+cmake --build build/core
+(cd build/core && ctest --output-on-failure -j2 --timeout 300)
+
+printf '\n== Python tests\n'
+$PY -m pytest -q tests/python "$@"

@@ -1,0 +1,35 @@
+"""Shared helpers: run a worker script as N ranks with a deadline.
+
+Every multi-process test goes through ``run_workers``: all ranks run under
+mccl.launch, which kills every rank when one fails or the deadline passes,
+and the test fails with each rank's output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from mccl.launch import LaunchError, run
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def run_workers(script: str, world: int, *args: str, timeout: float = 240.0,
+                env: dict[str, str] | None = None) -> list[str]:
+    """Runs workers/<script> on ``world`` ranks; returns each rank's output."""
+    cmd = [sys.executable, str(WORKERS / script), *args]
+    e = {"PYTHONPATH": str(WORKERS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+         "OMP_NUM_THREADS": "1"}
+    e.update(env or {})
+    try:
+        results = run(cmd, world, timeout=timeout, env=e)
+    except LaunchError as err:
+        pytest.fail(str(err), pytrace=False)
+    outs = [r.output for r in results]
+    for rank, out in enumerate(outs):
+        assert "WORKER OK" in out, f"rank {rank} did not report success:\n{out[-4000:]}"
+    return outs

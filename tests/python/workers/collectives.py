@@ -1,0 +1,275 @@
+"""Every collective x reduce op x dtype on this world size, against float64 /
+exact-integer references and against Gloo (where Gloo supports the case),
+with distinct data on every rank, counts 0, 1 and primes, non-contiguous
+tensors and several roots."""
+
+import zlib
+
+import torch
+import torch.distributed as dist
+
+from common import (ALL_DTYPES, COUNTS, FLOATS, OPS, assert_close, done, init, reduce_op,
+                    reference, supported, value)
+
+rank, world = init()
+gloo = dist.new_group(backend="gloo")
+checks = 0
+gloo_checks = 0
+OPS_ALL = list(OPS) + ["PREMUL_SUM"]
+
+
+def gloo_ok(fn) -> bool:
+    """Runs fn on the Gloo group; False if Gloo rejects the case up front
+    (dtype or op it does not implement), so there is nothing to compare."""
+    try:
+        fn()
+        return True
+    except (RuntimeError, ValueError, TypeError):
+        return False
+
+
+def ok(got, want, op, what):
+    global checks
+    assert_close(got, want, op, what)
+    checks += 1
+
+
+# ---------------------------------------------------------------- allreduce
+for dtype in ALL_DTYPES:
+    for op in OPS_ALL:
+        if not supported(dtype, op):
+            continue
+        for count in COUNTS:
+            salt = zlib.crc32(f"{dtype}{op}{count}".encode()) % 1000
+            t = value(dtype, op, rank, count, salt)
+            dist.all_reduce(t, op=reduce_op(op))
+            want = reference(dtype, op, world, count, salt)
+            ok(t, want, op, f"all_reduce {dtype} {op} n={count}")
+            g = value(dtype, op, rank, count, salt)
+            if gloo_ok(lambda: dist.all_reduce(g, op=reduce_op(op), group=gloo)):
+                ok(t, g, op, f"all_reduce {dtype} {op} n={count} vs gloo")
+                gloo_checks += 1
+
+# The support matrix holds both ways: unsupported pairs are refused up front.
+for dtype in ALL_DTYPES:
+    for op in OPS_ALL:
+        if supported(dtype, op):
+            continue
+        try:
+            dist.all_reduce(value(dtype, "SUM", rank, 3), op=reduce_op(op))
+        except TypeError as e:
+            assert op in str(e), e
+            checks += 1
+        else:
+            raise AssertionError(f"all_reduce {dtype} {op} should be refused")
+
+# Non-contiguous input (a transposed view) and a tensor that is a slice.
+base = value(torch.float32, "SUM", rank, 6 * 7, 1).view(6, 7)
+nc = base.t()
+assert not nc.is_contiguous()
+dist.all_reduce(nc)
+ok(base, reference(torch.float32, "SUM", world, 42, 1).view(6, 7), "SUM", "all_reduce non-contiguous")
+big = value(torch.int64, "SUM", rank, 100, 2)
+sl = big[10:90:3]
+dist.all_reduce(sl)
+want = value(torch.int64, "SUM", rank, 100, 2)
+want[10:90:3] = reference(torch.int64, "SUM", world, 100, 2)[10:90:3]
+ok(big, want, "SUM", "all_reduce strided slice (rest untouched)")
+
+# Complex: SUM on (re, im) pairs.
+c = torch.complex(value(torch.float32, "SUM", rank, 17, 3), value(torch.float32, "SUM", rank, 17, 4))
+dist.all_reduce(c)
+ok(c, torch.complex(reference(torch.float32, "SUM", world, 17, 3), reference(torch.float32, "SUM", world, 17, 4)),
+   "SUM", "all_reduce complex64")
+
+# A large buffer through the ring.
+lg = value(torch.float32, "SUM", rank, 3_000_017, 5)
+dist.all_reduce(lg)
+ok(lg, reference(torch.float32, "SUM", world, 3_000_017, 5), "SUM", "all_reduce 12 MB")
+
+# all_reduce_coalesced: tensors of several sizes, one dtype.
+ts = [value(torch.float64, "MAX", rank, n, 6 + n) for n in (0, 1, 31, 1031)]
+dist.all_reduce_coalesced(ts, op=dist.ReduceOp.MAX)
+for n, t in zip((0, 1, 31, 1031), ts):
+    ok(t, reference(torch.float64, "MAX", world, n, 6 + n), "MAX", f"all_reduce_coalesced n={n}")
+
+# --------------------------------------------------------------- broadcast
+for dtype in ALL_DTYPES + [torch.complex128]:
+    for root in sorted({0, world - 1, world // 2}):
+        for count in COUNTS + [200_003]:
+            salt = count + root
+            src = (value(torch.float64, "SUM", root, count, salt).to(dtype) if dtype.is_complex
+                   else value(dtype, "SUM", root, count, salt))
+            t = src.clone() if rank == root else torch.zeros_like(src)
+            dist.broadcast(t, src=root)
+            ok(t, src, "SUM", f"broadcast {dtype} root={root} n={count}")
+            g = src.clone() if rank == root else torch.zeros_like(src)
+            if gloo_ok(lambda: dist.broadcast(g, src=root, group=gloo)):
+                ok(t, g, "SUM", f"broadcast {dtype} vs gloo")
+                gloo_checks += 1
+# Broadcast into a non-contiguous tensor.
+src = value(torch.int32, "SUM", 0, 35, 9).view(5, 7)
+t = (src.clone() if rank == 0 else torch.zeros(7, 5, dtype=torch.int32)).t() if rank != 0 else src.clone()
+dist.broadcast(t, src=0)
+ok(t.contiguous(), src, "SUM", "broadcast non-contiguous")
+
+# ------------------------------------------------------------------- reduce
+for dtype in ALL_DTYPES:
+    for op in OPS_ALL:
+        if not supported(dtype, op):
+            continue
+        for root in sorted({0, world - 1}):
+            for count in (0, 1, 13, 5003):
+                salt = count * 3 + root
+                t = value(dtype, op, rank, count, salt)
+                orig = t.clone()
+                dist.reduce(t, dst=root, op=reduce_op(op))
+                g = value(dtype, op, rank, count, salt)
+                if gloo_ok(lambda: dist.reduce(g, dst=root, op=reduce_op(op), group=gloo)):
+                    if rank == root:
+                        ok(t, g, op, f"reduce {dtype} {op} vs gloo")
+                    gloo_checks += 1
+                if rank == root:
+                    ok(t, reference(dtype, op, world, count, salt), op, f"reduce {dtype} {op} root={root} n={count}")
+                else:
+                    ok(t, orig, "SUM", f"reduce leaves non-root input alone {dtype} {op}")
+
+# ---------------------------------------------------------------- allgather
+for dtype in ALL_DTYPES:
+    for count in COUNTS + [100_003]:
+        salt = count + 11
+        mine = value(dtype, "SUM", rank, count, salt)
+        outs = [torch.zeros_like(mine) for _ in range(world)]
+        dist.all_gather(outs, mine)
+        for r in range(world):
+            ok(outs[r], value(dtype, "SUM", r, count, salt), "SUM", f"all_gather {dtype} n={count} block {r}")
+        flat = torch.zeros(world * count, dtype=dtype)
+        dist.all_gather_into_tensor(flat, mine)
+        ok(flat, torch.cat([value(dtype, "SUM", r, count, salt) for r in range(world)]), "SUM",
+           f"all_gather_into_tensor {dtype} n={count}")
+        gouts = [torch.zeros_like(mine) for _ in range(world)]
+        if gloo_ok(lambda: dist.all_gather(gouts, mine, group=gloo)):
+            for r in range(world):
+                ok(outs[r], gouts[r], "SUM", f"all_gather {dtype} vs gloo")
+            gloo_checks += 1
+# Outputs that are non-contiguous views.
+store = torch.zeros(13, world, dtype=torch.float64)
+outs = [store[:, r] for r in range(world)]
+dist.all_gather(outs, value(torch.float64, "SUM", rank, 13, 4))
+for r in range(world):
+    ok(store[:, r].contiguous(), value(torch.float64, "SUM", r, 13, 4), "SUM", "all_gather into column views")
+
+# ----------------------------------------------------------- reduce_scatter
+for dtype in ALL_DTYPES:
+    for op in OPS_ALL:
+        if not supported(dtype, op):
+            continue
+        for count in (0, 1, 13, 3001):
+            salt = count + 17
+            full = value(dtype, op, rank, count * world, salt)
+            out = torch.zeros(count, dtype=dtype)
+            dist.reduce_scatter(out, list(full.chunk(world)) if count else [torch.zeros(0, dtype=dtype)] * world,
+                                op=reduce_op(op))
+            want = reference(dtype, op, world, count * world, salt)[rank * count:(rank + 1) * count]
+            ok(out, want, op, f"reduce_scatter {dtype} {op} n={count}")
+            g = torch.zeros(count, dtype=dtype)
+            if count and gloo_ok(lambda: dist.reduce_scatter_tensor(g, full, op=reduce_op(op), group=gloo)):
+                ok(out, g, op, f"reduce_scatter {dtype} {op} n={count} vs gloo")
+                gloo_checks += 1
+            out2 = torch.zeros(count, dtype=dtype)
+            dist.reduce_scatter_tensor(out2, full, op=reduce_op(op))
+            ok(out2, want, op, f"reduce_scatter_tensor {dtype} {op} n={count}")
+
+# ---------------------------------------------------------- gather / scatter
+for dtype in (torch.float32, torch.int64, torch.bool, torch.bfloat16):
+    for root in range(world):
+        for count in (0, 1, 4099):
+            salt = count + root + 23
+            mine = value(dtype, "SUM", rank, count, salt)
+            gl = [torch.zeros_like(mine) for _ in range(world)] if rank == root else None
+            dist.gather(mine, gl, dst=root)
+            if rank == root:
+                for r in range(world):
+                    ok(gl[r], value(dtype, "SUM", r, count, salt), "SUM", f"gather {dtype} root={root}")
+            sl = [value(dtype, "SUM", r, count, salt + 1) for r in range(world)] if rank == root else None
+            out = torch.zeros(count, dtype=dtype)
+            dist.scatter(out, sl, src=root)
+            ok(out, value(dtype, "SUM", rank, count, salt + 1), "SUM", f"scatter {dtype} root={root}")
+
+# ---------------------------------------------------------------- alltoall
+for dtype in (torch.float32, torch.int16, torch.float16):
+    for rnd in range(3):
+        # Rank r sends (r + 2j + rnd) % 4 rows of 3 elements to rank j: uneven, some empty.
+        rows = lambda s, d: (s + 2 * d + rnd) % 4
+        in_splits = [rows(rank, j) for j in range(world)]
+        out_splits = [rows(j, rank) for j in range(world)]
+        inp = torch.cat([torch.full((in_splits[j], 3), rank * 10 + j, dtype=dtype) for j in range(world)])
+        out = torch.zeros(sum(out_splits), 3, dtype=dtype)
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+        want = torch.cat([torch.full((out_splits[j], 3), j * 10 + rank, dtype=dtype) for j in range(world)])
+        ok(out, want, "SUM", f"all_to_all_single uneven {dtype}")
+    # Equal splits, no sizes given.
+    inp = torch.arange(world * 5, dtype=dtype) + rank * 100
+    out = torch.zeros(world * 5, dtype=dtype)
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([torch.arange(rank * 5, rank * 5 + 5, dtype=dtype) + j * 100 for j in range(world)])
+    ok(out, want, "SUM", f"all_to_all_single equal {dtype}")
+    ins = [torch.full((j + 1,), rank + j, dtype=dtype) for j in range(world)]
+    outs = [torch.zeros(rank + 1, dtype=dtype) for j in range(world)]
+    dist.all_to_all(outs, ins)
+    for j in range(world):
+        ok(outs[j], torch.full((rank + 1,), j + rank, dtype=dtype), "SUM", f"all_to_all list {dtype}")
+
+# ------------------------------------------------------------ coalesced ops
+if world > 1:
+    ins = [value(torch.float32, "SUM", rank, n, 31 + n) for n in (1, 7, 1031)]
+    outs = [torch.zeros(n * world) for n in (1, 7, 1031)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for n, o in zip((1, 7, 1031), outs):
+        ok(o, torch.cat([value(torch.float32, "SUM", r, n, 31 + n) for r in range(world)]), "SUM",
+           f"coalesced all_gather_into_tensor n={n}")
+    fulls = [value(torch.float64, "SUM", rank, n * world, 41 + n) for n in (1, 7, 1031)]
+    outs = [torch.zeros(n, dtype=torch.float64) for n in (1, 7, 1031)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, f in zip(outs, fulls):
+            dist.reduce_scatter_tensor(o, f)
+    cm.wait()
+    for n, o in zip((1, 7, 1031), outs):
+        ok(o, reference(torch.float64, "SUM", world, n * world, 41 + n)[rank * n:(rank + 1) * n], "SUM",
+           f"coalesced reduce_scatter_tensor n={n}")
+
+# ------------------------------------------------------------------- p2p
+if world > 1:
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for count in COUNTS:
+        for tag in (0, 5):
+            x = value(torch.float32, "SUM", rank, count, tag)
+            y = torch.zeros(count)
+            reqs = [dist.isend(x, right, tag=tag), dist.irecv(y, left, tag=tag)]
+            for q in reqs:
+                q.wait()
+            ok(y, value(torch.float32, "SUM", left, count, tag), "SUM", f"isend/irecv ring n={count} tag={tag}")
+    # Any-source receive on rank 0.
+    if rank == 0:
+        got = set()
+        for _ in range(world - 1):
+            t = torch.zeros(2, dtype=torch.int64)
+            src = dist.recv(t)
+            assert t.tolist() == [src, src * 7], (src, t)
+            got.add(src)
+        assert got == set(range(1, world)), got
+        checks += 1
+    else:
+        dist.send(torch.tensor([rank, rank * 7]), 0)
+
+# ----------------------------------------------------------------- barrier
+for _ in range(3):
+    dist.barrier()
+
+dist.destroy_process_group(gloo)
+assert gloo_checks > 100, gloo_checks  # Gloo really was compared with
+print(f"rank {rank}: {checks} checks passed ({gloo_checks} against Gloo)", flush=True)
+done()

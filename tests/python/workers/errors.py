@@ -1,0 +1,68 @@
+"""Bad input gets a clear error before any traffic (the group keeps
+working); mismatched collectives and a silent peer give DistBackendError
+naming both sides; later calls fail fast."""
+
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from common import done, init
+
+rank, world = init()
+assert world >= 2
+
+
+def expect(exc, needles, fn):
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        for n in needles:
+            assert n in msg, f"{n!r} not in: {msg}"
+        return msg
+    raise AssertionError(f"expected {exc.__name__} containing {needles}")
+
+
+who = f"rank {rank}/{world}"
+# Straight to the backend: torch.distributed would reject rank 7 itself first.
+expect(ValueError, ["mccl broadcast", who, "root rank 7"],
+       lambda: dist.distributed_c10d._get_default_group().broadcast(torch.zeros(3), 7))
+expect(TypeError, ["mccl allreduce", who, "BXOR", "float32"],
+       lambda: dist.all_reduce(torch.zeros(3), op=dist.ReduceOp.BXOR))
+expect(TypeError, ["mccl allreduce", "PREMUL_SUM", "int64"],
+       lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int64), op=dist._make_nccl_premul_sum(2.0)))
+expect(ValueError, ["split sizes sum to 3", "4 rows"],
+       lambda: dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1] * world, [1, 2] + [0] * (world - 2)))
+expect(ValueError, ["output list has", f"group has {world}"],
+       lambda: dist.all_gather([torch.zeros(2)] * (world + 1), torch.zeros(2)))
+expect(ValueError, ["expected world size", "x input's 3"],
+       lambda: dist.all_gather_into_tensor(torch.zeros(3 * world + 1), torch.zeros(3)))
+expect((ValueError, RuntimeError), ["mccl allreduce", "Sparse tensors are not supported"],
+       lambda: dist.all_reduce(torch.zeros(3).to_sparse()))
+expect(TypeError, ["dtype", "not supported"], lambda: dist.all_reduce(torch.zeros(3, dtype=torch.uint16)))
+# Nothing above reached the wire: the group still works.
+t = torch.tensor([1.0])
+dist.all_reduce(t)
+assert t.item() == world
+
+# A group timeout is honoured: rank 0 waits in a collective rank 1 never joins.
+slow = dist.new_group(list(range(world)), timeout=timedelta(seconds=2))
+if rank == 0:
+    start = time.monotonic()
+    msg = expect(dist.DistBackendError, ["timed out", "allreduce"], lambda: dist.all_reduce(torch.zeros(2), group=slow))
+    took = time.monotonic() - start
+    assert 1.9 <= took < 6, took
+else:
+    time.sleep(4)
+
+# Ranks that disagree on the element count: every rank fails, naming both sides.
+n = 100 if rank != 1 else 99
+msg = expect(dist.DistBackendError, ["disagree", "count="],
+             lambda: (dist.all_reduce(torch.ones(n)), dist.all_reduce(torch.ones(1))))
+assert "count=100" in msg and "count=99" in msg, msg
+start = time.monotonic()
+expect(dist.DistBackendError, ["disagree"], lambda: dist.all_reduce(torch.ones(4)))
+assert time.monotonic() - start < 1.0
+done()
