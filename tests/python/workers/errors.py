@@ -57,11 +57,25 @@ if rank == 0:
 else:
     time.sleep(4)
 
-# Ranks that disagree on the element count: every rank fails, naming both sides.
+# Ranks that disagree on the element count: every rank fails, naming both
+# sides, through the Work and through its Future.
 n = 100 if rank != 1 else 99
-msg = expect(dist.DistBackendError, ["disagree", "count="],
-             lambda: (dist.all_reduce(torch.ones(n)), dist.all_reduce(torch.ones(1))))
+work = dist.all_reduce(torch.ones(n), async_op=True)
+fut = work.get_future()
+
+
+def wait_both():
+    try:
+        work.wait()
+    finally:
+        dist.all_reduce(torch.ones(1))  # ranks that finished their part learn it here
+
+
+msg = expect(dist.DistBackendError, ["disagree", "count="], wait_both)
 assert "count=100" in msg and "count=99" in msg, msg
+if not work.is_success():
+    assert work.exception() is not None
+    expect(dist.DistBackendError, ["disagree"], fut.wait)
 start = time.monotonic()
 expect(dist.DistBackendError, ["disagree"], lambda: dist.all_reduce(torch.ones(4)))
 assert time.monotonic() - start < 1.0
