@@ -255,6 +255,7 @@ void Communicator::adopt(Socket sock, int peer, bool accepted) {
   }
   auto conn = std::make_shared<Connection>(std::move(sock), peer, *this,
                                            static_cast<uint32_t>(cfg_.frameBytes),
+                                           cfg_.inlineBytes,
                                            strCat("connection to ", peerName(peer)));
   {
     std::lock_guard<std::mutex> lock(p.mu);
@@ -308,6 +309,7 @@ std::vector<std::shared_ptr<Connection>> Communicator::connectionsTo(int peer, D
     }
     if (!live.empty()) return live;
     if (p.closed) {
+      lock.unlock();  // peerName() takes p.mu
       throwError(ErrorKind::kRemote, selfName(), ": ", peerName(peer),
                  " has shut down its communicator (destroy_process_group or exit) "
                  "but this rank still sends to it; did the ranks run different numbers of "
@@ -317,6 +319,7 @@ std::vector<std::shared_ptr<Connection>> Communicator::connectionsTo(int peer, D
     if (deadline.isNever()) {
       p.cv.wait(lock);
     } else if (p.cv.wait_until(lock, deadline.time()) == std::cv_status::timeout) {
+      lock.unlock();  // peerName() takes p.mu
       throwError(ErrorKind::kTimeout, selfName(), ": timed out waiting to connect to ",
                  peerName(peer));
     }
@@ -349,8 +352,12 @@ std::vector<std::shared_ptr<Connection>> Communicator::connectionsTo(int peer, D
   for (auto& c : p.conns) {
     if (!c->ended() && !c->peerClosed()) live.push_back(c);
   }
-  MCCL_CHECK(!live.empty() || poisoned(), "no connection to ", peerName(peer), " after connecting");
-  if (live.empty()) throw poisonError();
+  lock.unlock();  // peerName() takes p.mu
+  if (live.empty() && poisoned()) throw poisonError();
+  if (live.empty()) {
+    throwError(ErrorKind::kRemote, selfName(), ": the connection to ", peerName(peer),
+               " closed right after it was opened");
+  }
   return live;
 }
 

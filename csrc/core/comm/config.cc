@@ -15,6 +15,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.socketBuffer = static_cast<int>(params::socketBuffer());
   c.chunkBytes = static_cast<size_t>(params::chunkBytes());
   c.frameBytes = static_cast<size_t>(params::frameBytes());
+  c.inlineBytes = static_cast<size_t>(params::inlineBytes());
   c.unexpectedBytes = static_cast<size_t>(params::unexpectedBytes());
   c.smallBytes = static_cast<size_t>(params::smallBytes());
   c.algo = params::algo();

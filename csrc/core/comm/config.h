@@ -24,6 +24,7 @@ struct CommConfig {
   int socketBuffer = 0;
   size_t chunkBytes = 1 << 20;
   size_t frameBytes = 4 << 20;
+  size_t inlineBytes = 64 << 10;
   size_t unexpectedBytes = 32 << 20;
   size_t smallBytes = 64 << 10;
   std::string algo;

@@ -18,12 +18,13 @@ constexpr int kMaxBatch = 64;
 }  // namespace
 
 Connection::Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPayload,
-                       std::string name)
+                       size_t inlineBytes, std::string name)
     : sock_(std::move(sock)),
       peer_(peer),
       peerAddr_(sock_.peerAddr()),
       sink_(sink),
       maxPayload_(maxPayload),
+      inlineBytes_(inlineBytes),
       name_(std::move(name)),
       rbuf_(kReadBuffer) {}
 
@@ -43,8 +44,48 @@ void Connection::post(SendFrame frame) {
     if (frame.cb) frame.cb->sendDone(&e);
     return;
   }
-  queue_.push_back(frame);
-  if (queue_.size() == 1) cv_.notify_one();
+  if (!queue_.empty() || writing_ || frame.length > inlineBytes_) {
+    queue_.push_back(frame);
+    if (queue_.size() == 1) cv_.notify_one();
+    return;
+  }
+  // The socket is idle: write from this thread, without waiting for room.
+  writing_ = true;
+  lock.unlock();
+  bool done = false;
+  std::unique_ptr<Error> err;
+  try {
+    done = writeNow(frame);
+  } catch (const Error& e) {
+    err = std::make_unique<Error>(e.kind(), strCat(name_, ": ", e.what()));
+  }
+  lock.lock();
+  writing_ = false;
+  if (!err && !done) queue_.push_front(frame);  // the send thread writes the rest
+  const bool wake = !queue_.empty();
+  lock.unlock();
+  if (wake) cv_.notify_one();
+  if (err) {
+    if (frame.cb) frame.cb->sendDone(err.get());
+    if (!interrupted_.load()) fail(*err);
+  } else if (done && frame.cb) {
+    frame.cb->sendDone(nullptr);
+  }
+}
+
+bool Connection::writeNow(SendFrame& f) {
+  iovec iov[2];
+  int n = 0;
+  size_t skip = f.sent;
+  if (skip < kFrameHeaderBytes) {
+    iov[n++] = {f.header + skip, kFrameHeaderBytes - skip};
+    skip = 0;
+  } else {
+    skip -= kFrameHeaderBytes;
+  }
+  if (f.length > skip) iov[n++] = {const_cast<uint8_t*>(static_cast<const uint8_t*>(f.payload)) + skip, f.length - skip};
+  f.sent += sock_.sendIovNow(iov, n);
+  return f.sent == kFrameHeaderBytes + f.length;
 }
 
 void Connection::postClose(const FrameHeader& h) {
@@ -63,6 +104,11 @@ void Connection::postAbort(const FrameHeader& h, const Error& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_ || stopping_ || !abortText_.empty()) return;
     dropped.swap(queue_);
+    // A frame already partly on the wire must be finished first.
+    if (!dropped.empty() && dropped.front().sent > 0) {
+      queue_.push_back(dropped.front());
+      dropped.pop_front();
+    }
     abortText_ = std::string(why.what()).substr(0, kMaxAbortMessage);
     FrameHeader a = h;
     a.type = FrameType::kAbort;
@@ -134,34 +180,47 @@ void Connection::sendLoop() {
     bool halfClose = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || error_; });
+      cv_.wait(lock, [&] { return (!queue_.empty() && !writing_) || stopping_ || error_; });
       if (stopping_ || error_) break;
       while (!queue_.empty() && static_cast<int>(batch.size()) < kMaxBatch) {
         batch.push_back(queue_.front());
         queue_.pop_front();
       }
       halfClose = closeQueued_ && queue_.empty();
+      writing_ = true;
     }
     int n = 0;
     for (auto& f : batch) {
-      iov[n++] = {f.header, kFrameHeaderBytes};
-      if (f.length > 0) iov[n++] = {const_cast<void*>(f.payload), f.length};
+      size_t skip = f.sent;  // only the first frame can be partly written
+      if (skip < kFrameHeaderBytes) {
+        iov[n++] = {f.header + skip, kFrameHeaderBytes - skip};
+        skip = 0;
+      } else {
+        skip -= kFrameHeaderBytes;
+      }
+      if (f.length > skip) {
+        iov[n++] = {const_cast<uint8_t*>(static_cast<const uint8_t*>(f.payload)) + skip, f.length - skip};
+      }
     }
+    std::unique_ptr<Error> err;
     try {
       sock_.sendIov(iov, n);
     } catch (const Error& e) {
-      Error err(e.kind(), strCat(name_, ": ", e.what()));
-      for (auto& f : batch) {
-        if (f.cb) f.cb->sendDone(&err);
-      }
-      batch.clear();
-      if (!interrupted_.load()) fail(err);
-      break;
+      err = std::make_unique<Error>(e.kind(), strCat(name_, ": ", e.what()));
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+    }
+    // Callbacks may post more frames (inline, now that writing_ is clear).
     for (auto& f : batch) {
-      if (f.cb) f.cb->sendDone(nullptr);
+      if (f.cb) f.cb->sendDone(err.get());
     }
     batch.clear();
+    if (err) {
+      if (!interrupted_.load()) fail(*err);
+      break;
+    }
     if (halfClose) {
       ::shutdown(sock_.fd(), SHUT_WR);
       break;

@@ -61,11 +61,17 @@ struct SendFrame {
   const void* payload = nullptr;
   size_t length = 0;
   SendCallback* cb = nullptr;
+  size_t sent = 0;  // bytes of header + payload already written
 };
 
 class Connection {
  public:
-  Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPayload, std::string name);
+  // Frames of at most `inlineBytes` payload are written by the posting
+  // thread itself when the socket is idle and has room (no hand-off to the
+  // send thread); larger ones, and the rest of a partial write, go to the
+  // send thread.
+  Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPayload, size_t inlineBytes,
+             std::string name);
   ~Connection();
 
   void start();
@@ -73,8 +79,9 @@ class Connection {
   const SockAddr& peerAddr() const { return peerAddr_; }
   const std::string& name() const { return name_; }
 
-  // Queues a frame; thread-safe. If the connection is down the callback gets
-  // the connection's error before post() returns.
+  // Sends or queues a frame; thread-safe and never blocks on the socket. The
+  // callback may run before post() returns (written inline, or the
+  // connection is down).
   void post(SendFrame frame);
   // Queues a CLOSE frame and, after it, half-closes the socket.
   void postClose(const FrameHeader& closeHeader);
@@ -98,6 +105,8 @@ class Connection {
  private:
   void recvLoop();
   void sendLoop();
+  // Writes what the socket takes now; returns true once the frame is out.
+  bool writeNow(SendFrame& f);
   bool readFrame();  // false on clean EOF
   template <typename F>
   void sinkCall(F&& f);  // marks exceptions from the sink as protocol faults
@@ -110,6 +119,7 @@ class Connection {
   SockAddr peerAddr_;
   FrameSink& sink_;
   const uint32_t maxPayload_;
+  const size_t inlineBytes_;
   const std::string name_;
 
   // Receive side (receive thread only).
@@ -122,6 +132,7 @@ class Connection {
   std::condition_variable cv_;
   std::deque<SendFrame> queue_;
   bool closeQueued_ = false;
+  bool writing_ = false;  // a thread is writing to the socket
   std::string abortText_;  // payload of a queued ABORT frame
   bool stopping_ = false;
   std::unique_ptr<Error> error_;  // first failure, guarded by mu_

@@ -211,6 +211,20 @@ void Socket::sendIov(struct iovec* iov, int iovcnt) {
   }
 }
 
+size_t Socket::sendIovNow(const struct iovec* iov, int iovcnt) {
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = iovcnt;
+  for (;;) {
+    ssize_t n = ::sendmsg(fd_, &msg, kSendFlags | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    int err = errno;
+    throwError(kindFor(err), "send failed: ", errnoString(err));
+  }
+}
+
 size_t Socket::recvSome(void* data, size_t len) {
   for (;;) {
     ssize_t n = ::recv(fd_, data, len, 0);

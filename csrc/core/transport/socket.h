@@ -50,6 +50,9 @@ class Socket {
   bool recvAll(void* data, size_t len, Deadline deadline = Deadline::never());
   // Sends every byte described by iov (modified in place). Blocking socket.
   void sendIov(struct iovec* iov, int iovcnt);
+  // Sends what the socket buffer takes right now (MSG_DONTWAIT); returns the
+  // bytes written, 0 if it is full. Throws on a broken connection.
+  size_t sendIovNow(const struct iovec* iov, int iovcnt);
   // One recv(2) call of at most len bytes; returns 0 on EOF; throws on error.
   size_t recvSome(void* data, size_t len);
 

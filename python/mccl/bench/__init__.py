@@ -1,0 +1,111 @@
+"""mccl-bench: collective benchmarks side by side with Gloo.
+
+    mccl-bench --nproc 4 --vs gloo                      # sweep on 4 local ranks
+    mccl-bench --nproc 4 --ops all_reduce -b 8 -e 64M -f 8 --json r.json --plot r.png
+    mccl-bench ddp --nproc 4                            # DDP step time, comm hidden
+    mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
+    torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
+
+Without RANK in the environment it starts --nproc local ranks itself (rank
+0's output is shown live); under torchrun each process is one rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .common import OPS, parse_size, sizes
+
+
+def _common(p: argparse.ArgumentParser):
+    p.add_argument("--nproc", type=int, default=4, help="local ranks to start (ignored under torchrun)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds before local ranks are killed")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mccl-bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    sub = ap.add_subparsers(dest="mode")
+    c = sub.add_parser("collectives", help="the collective sweep (default)")
+    for p in (ap, c):
+        _common(p)
+        p.add_argument("--ops", default=",".join(OPS), help=f"comma list from {','.join(OPS)}")
+        p.add_argument("-b", "--min-bytes", default="8", help="smallest size (e.g. 8, 64K)")
+        p.add_argument("-e", "--max-bytes", default="64M", help="largest size")
+        p.add_argument("-f", "--factor", type=int, default=4, help="size multiplier between rows")
+        p.add_argument("--dtype", default="float32")
+        p.add_argument("--vs", choices=["gloo", "none"], default="gloo", help="compare with Gloo in the same run")
+        p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median reported)")
+        p.add_argument("--target", type=float, default=0.25, help="seconds per timed round")
+        p.add_argument("--min-iters", type=int, default=3)
+        p.add_argument("--max-iters", type=int, default=2000)
+        p.add_argument("--json", help="write results to this JSON file")
+        p.add_argument("--plot", help="draw busbw and latency against size to this PNG")
+    d = sub.add_parser("ddp", help="DDP step time: mccl, Gloo, no sync and world size 1")
+    _common(d)
+    d.add_argument("--steps", type=int, default=30)
+    d.add_argument("--warmup", type=int, default=5)
+    d.add_argument("--batch", type=int, default=32)
+    d.add_argument("--width", type=int, default=1024)
+    d.add_argument("--depth", type=int, default=6)
+    d.add_argument("--bucket-mb", type=float, default=25.0)
+    d.add_argument("--json")
+    m = sub.add_parser("memory", help="peak resident memory of one all_reduce")
+    _common(m)
+    m.add_argument("--size", default="256M")
+    m.add_argument("--json")
+    return ap
+
+
+def _worker(args) -> int:
+    import torch
+    import torch.distributed as dist
+
+    import mccl  # noqa: F401
+
+    torch.set_num_threads(1)
+    dist.init_process_group("mccl")
+    try:
+        if args.mode == "ddp":
+            from . import ddp
+            ddp.run(args)
+        elif args.mode == "memory":
+            from . import memory
+            memory.run(args)
+        else:
+            from . import collectives
+            records = collectives.run(args)
+            if args.plot and dist.get_rank() == 0:
+                from .plot import plot
+                plot(records, args.plot)
+                print(f"# wrote {args.plot}", flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    if args.mode in (None, "collectives"):
+        args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+        bad = [o for o in args.ops if o not in OPS]
+        if bad:
+            parser().error(f"unknown ops {bad}; choose from {OPS}")
+        args.sizes = sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor)
+        args.vs = None if args.vs == "none" else args.vs
+    if "RANK" in os.environ:
+        return _worker(args)
+    from ..launch import LaunchError, run
+
+    try:
+        run([sys.executable, "-m", "mccl.bench", *argv], args.nproc, timeout=args.timeout, stream_rank=0,
+            env={"OMP_NUM_THREADS": "1"})
+    except LaunchError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,124 @@
+"""The collective sweep: nccl-tests-style tables, mccl and Gloo interleaved."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from .common import BUSBW, Progress, fmt_size, median, metadata, write_json
+
+
+def _buffers(op: str, nbytes: int, world: int, rank: int, dtype: torch.dtype, device: str):
+    """Tensors for one op at `nbytes` (nccl-tests size conventions)."""
+    es = torch.tensor([], dtype=dtype).element_size()
+    count = max(1, nbytes // es)
+    mk = lambda n: torch.full((n,), float(rank + 1), dtype=dtype, device=device)  # noqa: E731
+    if op in ("all_gather", "reduce_scatter"):
+        per = max(1, count // world)
+        return {"small": mk(per), "big": mk(per * world)}
+    if op == "all_to_all":
+        per = max(1, count // world)
+        return {"in": mk(per * world), "out": mk(per * world)}
+    return {"buf": mk(count), "recv": mk(count)}
+
+
+def _runner(op: str, b: dict, group, world: int, rank: int):
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(b["buf"], group=group)
+    if op == "broadcast":
+        return lambda: dist.broadcast(b["buf"], src=dist.get_global_rank(group, 0) if group else 0, group=group)
+    if op == "reduce":
+        return lambda: dist.reduce(b["buf"], dst=dist.get_global_rank(group, 0) if group else 0, group=group)
+    if op == "all_gather":
+        return lambda: dist.all_gather_into_tensor(b["big"], b["small"], group=group)
+    if op == "reduce_scatter":
+        return lambda: dist.reduce_scatter_tensor(b["small"], b["big"], group=group)
+    if op == "all_to_all":
+        return lambda: dist.all_to_all_single(b["out"], b["in"], group=group)
+    if op == "sendrecv":
+        right, left = (rank + 1) % world, (rank - 1) % world
+
+        def ring():
+            if world == 1:
+                return
+            reqs = [dist.isend(b["buf"], dist.get_global_rank(group, right) if group else right, group=group),
+                    dist.irecv(b["recv"], dist.get_global_rank(group, left) if group else left, group=group)]
+            for q in reqs:
+                q.wait()
+        return ring
+    raise ValueError(op)
+
+
+def _time(fn, iters: int, group) -> float:
+    """Seconds per op: the slowest rank's average over `iters` blocking calls."""
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
+    return float(dt.item())
+
+
+def run(args) -> list[dict]:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = {"mccl": dist.group.WORLD}
+    if args.vs == "gloo":
+        groups["gloo"] = dist.new_group(backend="gloo")
+    dtype = getattr(torch, args.dtype)
+    records = []
+    plan = [(op, s) for op in args.ops for s in args.sizes]
+    prog = Progress(len(plan), enabled=rank == 0)
+    if rank == 0:
+        print(f"# mccl-bench: {world} ranks, dtype {args.dtype}, device {args.device}, "
+              f"{args.rounds} interleaved rounds, median reported", flush=True)
+    current = None
+    for op, size in plan:
+        if op != current and rank == 0:
+            _header(op, list(groups))
+        current = op
+        times = {name: [] for name in groups}
+        runners = {}
+        for name, g in groups.items():
+            b = _buffers(op, size, world, rank, dtype, args.device)
+            runners[name] = _runner(op, b, g, world, rank)
+            # Warm up and pick an iteration count that fills ~target seconds.
+            warm = _time(runners[name], 2, g)
+            runners[name + ":iters"] = max(args.min_iters, min(args.max_iters, int(args.target / max(warm, 1e-6))))
+        for rnd in range(args.rounds):
+            order = list(groups) if rnd % 2 == 0 else list(reversed(groups))
+            for name in order:
+                times[name].append(_time(runners[name], runners[name + ":iters"], groups[name]))
+        row = {"op": op, "bytes": size, "world": world}
+        for name in groups:
+            t = median(times[name])
+            algbw = size / t / 1e9
+            row[name] = {"time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * BUSBW[op](world),
+                         "rounds_us": [x * 1e6 for x in times[name]], "iters": runners[name + ":iters"]}
+        records.append(row)
+        if rank == 0:
+            _row(row, list(groups))
+        prog.step(f"{op} {fmt_size(size)}")
+    if "gloo" in groups:
+        dist.destroy_process_group(groups["gloo"])
+    if rank == 0 and args.json:
+        write_json(args.json, metadata({"dtype": args.dtype, "device": args.device, "rounds": args.rounds}), records)
+        print(f"# wrote {args.json}", flush=True)
+    return records
+
+
+def _header(op: str, names: list[str]):
+    cols = "".join(f" {n + ' time(us)':>15} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}" for n in names)
+    ratio = f" {'busbw ratio':>12}" if len(names) > 1 else ""
+    print(f"\n## {op}\n{'size':>10}{cols}{ratio}", flush=True)
+
+
+def _row(row: dict, names: list[str]):
+    cols = "".join(f" {row[n]['time_us']:>15.1f} {row[n]['algbw_GBps']:>12.3f} {row[n]['busbw_GBps']:>12.3f}"
+                   for n in names)
+    ratio = ""
+    if len(names) > 1:
+        ratio = f" {row[names[0]]['busbw_GBps'] / max(row[names[1]]['busbw_GBps'], 1e-12):>11.2f}x"
+    print(f"{fmt_size(row['bytes']):>10}{cols}{ratio}", flush=True)
