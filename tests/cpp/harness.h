@@ -31,7 +31,7 @@ inline CommConfig baseConfig(int rank, int size) {
   CommConfig c = CommConfig::fromEnv(rank, size);
   c.routeHost = "127.0.0.1";
   c.socketIfname = "";
-  c.timeout = std::chrono::seconds(60);
+  c.timeout = std::chrono::seconds(getenv("MCCL_TEST_TIMEOUT_S") ? atoi(getenv("MCCL_TEST_TIMEOUT_S")) : 60);
   c.groupName = "test";
   return c;
 }

@@ -6,7 +6,7 @@
 
 namespace mccl::algo {
 
-void allgatherDirect(OpContext& ctx, const AllgatherOptions& o) {
+Task allgatherDirect(OpContext& ctx, AllgatherOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t bytes = o.count * dtypeSize(o.dtype);
   auto* mine = static_cast<uint8_t*>(o.out[static_cast<size_t>(r)]);
@@ -18,8 +18,8 @@ void allgatherDirect(OpContext& ctx, const AllgatherOptions& o) {
     recvs.push_back(ctx.irecv(src, 0, o.out[static_cast<size_t>(src)], bytes));
   }
   for (int k = 1; k < n; ++k) sends.push_back(ctx.isend(mod(r + k, n), 0, mine, bytes));
-  ctx.waitAll(recvs);
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(recvs);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

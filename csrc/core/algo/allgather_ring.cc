@@ -7,13 +7,13 @@
 
 namespace mccl::algo {
 
-void allgatherRing(OpContext& ctx, const AllgatherOptions& o) {
+Task allgatherRing(OpContext& ctx, AllgatherOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t es = dtypeSize(o.dtype);
   const size_t bytes = o.count * es;
   auto block = [&](int b) { return static_cast<uint8_t*>(o.out[static_cast<size_t>(b)]); };
   if (o.in != block(r) && bytes > 0) std::memcpy(block(r), o.in, bytes);
-  if (n == 1) return;
+  if (n == 1) co_return;
   const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
   const int left = mod(r - 1, n), right = mod(r + 1, n);
   const size_t steps = static_cast<size_t>(n - 1);
@@ -35,14 +35,14 @@ void allgatherRing(OpContext& ctx, const AllgatherOptions& o) {
   for (size_t t = 0; t < steps; ++t) {
     uint8_t* src = block(mod(r - static_cast<int>(t) - 1, n));
     for (size_t c = 0; c < nch; ++c) {
-      ctx.wait(*recvs[t * nch + c]);
+      co_await ctx.wait(recvs[t * nch + c]);
       if (t + 1 < steps) {
         Chunk ch = chunkOf(o.count, nch, c);
         sends.push_back(ctx.isend(right, slotId((t + 1) * nch + c), src + ch.begin * es, ch.length * es));
       }
     }
   }
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

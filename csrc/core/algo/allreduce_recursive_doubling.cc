@@ -10,12 +10,12 @@
 
 namespace mccl::algo {
 
-void allreduceRecursiveDoubling(OpContext& ctx, const AllreduceOptions& o) {
+Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t bytes = o.count * dtypeSize(o.dtype);
   auto* buf = static_cast<uint8_t*>(o.buf);
   premul(buf, buf, o.count, o.dtype, o.op, o.premulFactor);
-  if (n == 1) return;
+  if (n == 1) co_return;
 
   const auto combine = kernels::combineFn(o.dtype, o.op);
   Scratch tmp = ctx.scratch(bytes);
@@ -28,13 +28,13 @@ void allreduceRecursiveDoubling(OpContext& ctx, const AllreduceOptions& o) {
   if (r < 2 * rem) {
     if (r % 2 == 0) {
       auto s = ctx.isend(r + 1, kFold, buf, bytes);
-      ctx.wait(*s);
+      co_await ctx.wait(s);
       auto back = ctx.irecv(r + 1, kUnfold, buf, bytes);
-      ctx.wait(*back);
-      return;
+      co_await ctx.wait(back);
+      co_return;
     }
     auto in = ctx.irecv(r - 1, kFold, tmp.data(), bytes);
-    ctx.wait(*in);
+    co_await ctx.wait(in);
     combine(buf, buf, tmp.data(), o.count);
     vr = r / 2;
   } else {
@@ -46,14 +46,14 @@ void allreduceRecursiveDoubling(OpContext& ctx, const AllreduceOptions& o) {
     const int partner = real(vr ^ mask);
     auto in = ctx.irecv(partner, round, tmp.data(), bytes);
     auto out = ctx.isend(partner, round, buf, bytes);
-    ctx.wait(*in);
-    ctx.wait(*out);  // buf is read by the send until here
+    co_await ctx.wait(in);
+    co_await ctx.wait(out);  // buf is read by the send until here
     combine(buf, buf, tmp.data(), o.count);
   }
   if (o.op == ReduceOp::kAvg) kernels::divide(buf, o.count, o.dtype, n);
   if (r < 2 * rem) {
     auto s = ctx.isend(r - 1, kUnfold, buf, bytes);
-    ctx.wait(*s);
+    co_await ctx.wait(s);
   }
 }
 

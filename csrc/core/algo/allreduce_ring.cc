@@ -14,12 +14,12 @@
 
 namespace mccl::algo {
 
-void allreduceRing(OpContext& ctx, const AllreduceOptions& o) {
+Task allreduceRing(OpContext& ctx, AllreduceOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t es = dtypeSize(o.dtype);
   auto* buf = static_cast<uint8_t*>(o.buf);
   premul(buf, buf, o.count, o.dtype, o.op, o.premulFactor);
-  if (n == 1) return;  // AVG over one rank is the identity
+  if (n == 1) co_return;  // AVG over one rank is the identity
 
   const auto combine = kernels::combineFn(o.dtype, o.op);
   const Partition blocks(o.count, n);
@@ -69,7 +69,7 @@ void allreduceRing(OpContext& ctx, const AllreduceOptions& o) {
     const int block = mod(r - static_cast<int>(s) - 1, n);
     size_t len = 0;
     uint8_t* p = at(block, c, &len);
-    ctx.wait(*rs[i]);
+    co_await ctx.wait(rs[i]);
     combine(p, p, scratch.data() + (i % k) * slotBytes, len);
     if (i + k < items) postRs(i + k);
     if (s + 1 < steps) {
@@ -82,7 +82,7 @@ void allreduceRing(OpContext& ctx, const AllreduceOptions& o) {
   }
   for (size_t t = 0; t < steps; ++t) {
     for (size_t c = 0; c < nch; ++c) {
-      ctx.wait(*ag[t * nch + c]);
+      co_await ctx.wait(ag[t * nch + c]);
       if (t + 1 < steps) {
         size_t len = 0;
         uint8_t* p = at(mod(r - static_cast<int>(t), n), c, &len);
@@ -90,7 +90,7 @@ void allreduceRing(OpContext& ctx, const AllreduceOptions& o) {
       }
     }
   }
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

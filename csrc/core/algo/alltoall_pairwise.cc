@@ -7,7 +7,7 @@
 
 namespace mccl::algo {
 
-void alltoallPairwise(OpContext& ctx, const AlltoallOptions& o) {
+Task alltoallPairwise(OpContext& ctx, AlltoallOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t es = dtypeSize(o.dtype);
   std::vector<std::shared_ptr<RecvRequest>> recvs;
@@ -24,8 +24,8 @@ void alltoallPairwise(OpContext& ctx, const AlltoallOptions& o) {
   if (o.inCounts[self] > 0 && o.out[self] != o.in[self]) {
     std::memmove(o.out[self], o.in[self], o.inCounts[self] * es);
   }
-  ctx.waitAll(recvs);
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(recvs);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

@@ -4,14 +4,14 @@
 
 namespace mccl::algo {
 
-void barrierDissemination(OpContext& ctx) {
+Task barrierDissemination(OpContext& ctx) {
   const int n = ctx.size(), r = ctx.rank();
   uint32_t round = 0;
   for (int dist = 1; dist < n; dist <<= 1, ++round) {
     auto in = ctx.irecv(mod(r - dist, n), round, nullptr, 0);
     auto out = ctx.isend(mod(r + dist, n), round, nullptr, 0);
-    ctx.wait(*in);
-    ctx.wait(*out);
+    co_await ctx.wait(in);
+    co_await ctx.wait(out);
   }
 }
 

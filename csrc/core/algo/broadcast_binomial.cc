@@ -4,16 +4,16 @@
 
 namespace mccl::algo {
 
-void broadcastBinomial(OpContext& ctx, const BroadcastOptions& o) {
+Task broadcastBinomial(OpContext& ctx, BroadcastOptions o) {
   const int n = ctx.size();
-  if (n == 1) return;
+  if (n == 1) co_return;
   const int vr = mod(ctx.rank() - o.root, n);
   const size_t bytes = o.count * dtypeSize(o.dtype);
   int mask = 1;
   while (mask < n) {
     if (vr & mask) {
       auto in = ctx.irecv(mod(vr - mask + o.root, n), 0, o.buf, bytes);
-      ctx.wait(*in);
+      co_await ctx.wait(in);
       break;
     }
     mask <<= 1;
@@ -22,7 +22,7 @@ void broadcastBinomial(OpContext& ctx, const BroadcastOptions& o) {
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (vr + mask < n) sends.push_back(ctx.isend(mod(vr + mask + o.root, n), 0, o.buf, bytes));
   }
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

@@ -6,9 +6,9 @@
 
 namespace mccl::algo {
 
-void broadcastChain(OpContext& ctx, const BroadcastOptions& o) {
+Task broadcastChain(OpContext& ctx, BroadcastOptions o) {
   const int n = ctx.size();
-  if (n == 1) return;
+  if (n == 1) co_return;
   const int vr = mod(ctx.rank() - o.root, n);
   const size_t es = dtypeSize(o.dtype);
   const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
@@ -24,13 +24,13 @@ void broadcastChain(OpContext& ctx, const BroadcastOptions& o) {
   }
   std::vector<std::shared_ptr<SendRequest>> sends;
   for (size_t c = 0; c < nch; ++c) {
-    if (vr > 0) ctx.wait(*recvs[c]);
+    if (vr > 0) co_await ctx.wait(recvs[c]);
     if (vr + 1 < n) {
       Chunk ch = chunkOf(o.count, nch, c);
       sends.push_back(ctx.isend(next, slotId(c), buf + ch.begin * es, ch.length * es));
     }
   }
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

@@ -42,20 +42,21 @@ uint32_t slotId(uint64_t value);
 // Scales `count` elements of `src` into `dst` for PREMUL_SUM (dst may be src).
 void premul(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op, double factor);
 
-// Entry points, one per algorithm file. Each runs on an op worker.
-void allreduceRing(OpContext& ctx, const AllreduceOptions& o);
-void allreduceRecursiveDoubling(OpContext& ctx, const AllreduceOptions& o);
-void broadcastBinomial(OpContext& ctx, const BroadcastOptions& o);
-void broadcastChain(OpContext& ctx, const BroadcastOptions& o);
-void reduceBinomial(OpContext& ctx, const ReduceOptions& o);
-void reduceChain(OpContext& ctx, const ReduceOptions& o);
-void allgatherRing(OpContext& ctx, const AllgatherOptions& o);
-void allgatherDirect(OpContext& ctx, const AllgatherOptions& o);
-void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o);
-void reduceScatterDirect(OpContext& ctx, const ReduceScatterOptions& o);
-void gatherDirect(OpContext& ctx, const GatherOptions& o);
-void scatterDirect(OpContext& ctx, const ScatterOptions& o);
-void alltoallPairwise(OpContext& ctx, const AlltoallOptions& o);
-void barrierDissemination(OpContext& ctx);
+// Entry points, one per algorithm file: coroutines (comm/task.h) that take
+// their options by value, since they outlive the call that starts them.
+Task allreduceRing(OpContext& ctx, AllreduceOptions o);
+Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o);
+Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
+Task broadcastChain(OpContext& ctx, BroadcastOptions o);
+Task reduceBinomial(OpContext& ctx, ReduceOptions o);
+Task reduceChain(OpContext& ctx, ReduceOptions o);
+Task allgatherRing(OpContext& ctx, AllgatherOptions o);
+Task allgatherDirect(OpContext& ctx, AllgatherOptions o);
+Task reduceScatterRing(OpContext& ctx, ReduceScatterOptions o);
+Task reduceScatterDirect(OpContext& ctx, ReduceScatterOptions o);
+Task gatherDirect(OpContext& ctx, GatherOptions o);
+Task scatterDirect(OpContext& ctx, ScatterOptions o);
+Task alltoallPairwise(OpContext& ctx, AlltoallOptions o);
+Task barrierDissemination(OpContext& ctx);
 
 }  // namespace mccl::algo

@@ -5,13 +5,13 @@
 
 namespace mccl::algo {
 
-void gatherDirect(OpContext& ctx, const GatherOptions& o) {
+Task gatherDirect(OpContext& ctx, GatherOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t bytes = o.count * dtypeSize(o.dtype);
   if (r != o.root) {
     auto s = ctx.isend(o.root, 0, o.in, bytes);
-    ctx.wait(*s);
-    return;
+    co_await ctx.wait(s);
+    co_return;
   }
   std::vector<std::shared_ptr<RecvRequest>> recvs;
   for (int p = 0; p < n; ++p) {
@@ -19,7 +19,7 @@ void gatherDirect(OpContext& ctx, const GatherOptions& o) {
   }
   void* mine = o.out[static_cast<size_t>(r)];
   if (bytes > 0 && mine != o.in) std::memmove(mine, o.in, bytes);
-  ctx.waitAll(recvs);
+  co_await ctx.waitAll(recvs);
 }
 
 }  // namespace mccl::algo

@@ -8,7 +8,7 @@
 
 namespace mccl::algo {
 
-void reduceBinomial(OpContext& ctx, const ReduceOptions& o) {
+Task reduceBinomial(OpContext& ctx, ReduceOptions o) {
   const int n = ctx.size();
   const int vr = mod(ctx.rank() - o.root, n);
   const size_t bytes = o.count * dtypeSize(o.dtype);
@@ -30,13 +30,13 @@ void reduceBinomial(OpContext& ctx, const ReduceOptions& o) {
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {
       auto s = ctx.isend(mod(vr - mask + o.root, n), 0, mine, bytes);
-      ctx.wait(*s);
-      return;
+      co_await ctx.wait(s);
+      co_return;
     }
     if (vr + mask < n) {
       if (tmp.data() == nullptr) tmp = ctx.scratch(bytes);
       auto in = ctx.irecv(mod(vr + mask + o.root, n), 0, tmp.data(), bytes);
-      ctx.wait(*in);
+      co_await ctx.wait(in);
       combine(accum, accum, tmp.data(), o.count);
     }
   }

@@ -9,7 +9,7 @@
 
 namespace mccl::algo {
 
-void reduceChain(OpContext& ctx, const ReduceOptions& o) {
+Task reduceChain(OpContext& ctx, ReduceOptions o) {
   const int n = ctx.size();
   const int vr = mod(ctx.rank() - o.root, n);
   const size_t es = dtypeSize(o.dtype);
@@ -28,7 +28,7 @@ void reduceChain(OpContext& ctx, const ReduceOptions& o) {
       in = scaled.data();
     }
   }
-  if (n == 1) return;
+  if (n == 1) co_return;
   const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
   const int prev = mod(vr - 1 + o.root, n), next = mod(vr + 1 + o.root, n);
 
@@ -38,8 +38,8 @@ void reduceChain(OpContext& ctx, const ReduceOptions& o) {
       Chunk ch = chunkOf(o.count, nch, c);
       sends.push_back(ctx.isend(prev, slotId(c), in + ch.begin * es, ch.length * es));
     }
-    ctx.waitAll(sends);
-    return;
+    co_await ctx.waitAll(sends);
+    co_return;
   }
   // Slots hold a received chunk, then (off the root) the partial sum being
   // forwarded. Receives are posted k chunks ahead into 2k slots, so a slot is
@@ -50,8 +50,8 @@ void reduceChain(OpContext& ctx, const ReduceOptions& o) {
   Scratch slots = ctx.scratch(nslots * slotBytes);
   std::vector<std::shared_ptr<RecvRequest>> recvs(nch);
   std::vector<std::shared_ptr<SendRequest>> forwards(nslots);
+  // Posts chunk c's receive; its slot's previous forward must have left.
   auto post = [&](size_t c) {
-    if (forwards[c % nslots]) ctx.wait(*forwards[c % nslots]);
     Chunk ch = chunkOf(o.count, nch, c);
     recvs[c] = ctx.irecv(next, slotId(c), slots.data() + (c % nslots) * slotBytes, ch.length * es);
   };
@@ -59,7 +59,7 @@ void reduceChain(OpContext& ctx, const ReduceOptions& o) {
   for (size_t c = 0; c < nch; ++c) {
     Chunk ch = chunkOf(o.count, nch, c);
     uint8_t* slot = slots.data() + (c % nslots) * slotBytes;
-    ctx.wait(*recvs[c]);
+    co_await ctx.wait(recvs[c]);
     if (vr == 0) {
       combine(buf + ch.begin * es, buf + ch.begin * es, slot, ch.length);
       if (o.op == ReduceOp::kAvg) kernels::divide(buf + ch.begin * es, ch.length, o.dtype, n);
@@ -67,10 +67,13 @@ void reduceChain(OpContext& ctx, const ReduceOptions& o) {
       combine(slot, slot, in + ch.begin * es, ch.length);
       forwards[c % nslots] = ctx.isend(prev, slotId(c), slot, ch.length * es);
     }
-    if (c + k < nch) post(c + k);
+    if (c + k < nch) {
+      if (auto& f = forwards[(c + k) % nslots]) co_await ctx.wait(f);
+      post(c + k);
+    }
   }
   for (auto& f : forwards) {
-    if (f) ctx.wait(*f);
+    if (f) co_await ctx.wait(f);
   }
 }
 

@@ -7,7 +7,7 @@
 
 namespace mccl::algo {
 
-void reduceScatterDirect(OpContext& ctx, const ReduceScatterOptions& o) {
+Task reduceScatterDirect(OpContext& ctx, ReduceScatterOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t es = dtypeSize(o.dtype);
   const size_t bytes = o.count * es;
@@ -37,11 +37,11 @@ void reduceScatterDirect(OpContext& ctx, const ReduceScatterOptions& o) {
   // Combine in rank order so the result does not depend on arrival order.
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
-    ctx.wait(*recvs[static_cast<size_t>(p)]);
+    co_await ctx.wait(recvs[static_cast<size_t>(p)]);
     combine(out, out, tmp.data() + static_cast<size_t>(p) * bytes, o.count);
   }
   if (o.op == ReduceOp::kAvg) kernels::divide(out, o.count, o.dtype, n);
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

@@ -14,7 +14,7 @@
 
 namespace mccl::algo {
 
-void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o) {
+Task reduceScatterRing(OpContext& ctx, ReduceScatterOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t es = dtypeSize(o.dtype);
   const size_t bytes = o.count * es;
@@ -35,7 +35,7 @@ void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o) {
   auto* out = static_cast<uint8_t*>(o.out);
   if (n == 1) {
     if (bytes > 0 && out != in[0]) std::memmove(out, in[0], bytes);
-    return;
+    co_return;
   }
   const auto combine = kernels::combineFn(o.dtype, o.op);
   const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
@@ -50,8 +50,8 @@ void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o) {
   // Item i = (step s, chunk c) receives block r-s-2's partial sum from the left.
   std::vector<std::shared_ptr<RecvRequest>> recvs(items);
   std::vector<std::shared_ptr<SendRequest>> forwards(nslots);
+  // Posts item i's receive; its slot's previous forward must have left.
   auto post = [&](size_t i) {
-    if (forwards[i % nslots]) ctx.wait(*forwards[i % nslots]);
     Chunk ch = chunkOf(o.count, nch, i % nch);
     recvs[i] = ctx.irecv(left, slotId(i), slotPtr(i), ch.length * es);
   };
@@ -68,7 +68,7 @@ void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o) {
     const int b = mod(r - static_cast<int>(s) - 2, n);
     Chunk ch = chunkOf(o.count, nch, c);
     const uint8_t* mine = in[static_cast<size_t>(b)] + ch.begin * es;
-    ctx.wait(*recvs[i]);
+    co_await ctx.wait(recvs[i]);
     if (s + 1 < steps) {
       combine(slotPtr(i), slotPtr(i), mine, ch.length);
       forwards[i % nslots] = ctx.isend(right, slotId(i + nch), slotPtr(i), ch.length * es);
@@ -77,11 +77,14 @@ void reduceScatterRing(OpContext& ctx, const ReduceScatterOptions& o) {
       combine(dst, slotPtr(i), mine, ch.length);
       if (o.op == ReduceOp::kAvg) kernels::divide(dst, ch.length, o.dtype, n);
     }
-    if (i + k < items) post(i + k);
+    if (i + k < items) {
+      if (auto& f = forwards[(i + k) % nslots]) co_await ctx.wait(f);
+      post(i + k);
+    }
   }
-  ctx.waitAll(first);
+  co_await ctx.waitAll(first);
   for (auto& f : forwards) {
-    if (f) ctx.wait(*f);
+    if (f) co_await ctx.wait(f);
   }
 }
 

@@ -5,13 +5,13 @@
 
 namespace mccl::algo {
 
-void scatterDirect(OpContext& ctx, const ScatterOptions& o) {
+Task scatterDirect(OpContext& ctx, ScatterOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t bytes = o.count * dtypeSize(o.dtype);
   if (r != o.root) {
     auto in = ctx.irecv(o.root, 0, o.out, bytes);
-    ctx.wait(*in);
-    return;
+    co_await ctx.wait(in);
+    co_return;
   }
   std::vector<std::shared_ptr<SendRequest>> sends;
   for (int k = 1; k < n; ++k) {
@@ -20,7 +20,7 @@ void scatterDirect(OpContext& ctx, const ScatterOptions& o) {
   }
   const void* mine = o.in[static_cast<size_t>(r)];
   if (bytes > 0 && mine != o.out) std::memmove(o.out, mine, bytes);
-  ctx.waitAll(sends);
+  co_await ctx.waitAll(sends);
 }
 
 }  // namespace mccl::algo

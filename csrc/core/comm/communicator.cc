@@ -76,7 +76,7 @@ void Communicator::bootstrap() {
   }
   MCCL_LOG(kInfo, selfName(), ": listening on ", listener_->address().toString(), " (",
            itf.name, ")");
-  for (int i = 0; i < cfg_.inflightOps; ++i) workers_.emplace_back([this] { workerLoop(); });
+  engine_ = std::thread([this] { engineLoop(); });
   watchdog_ = std::thread([this] { watchdogLoop(); });
 }
 
@@ -110,10 +110,8 @@ void Communicator::poison(const Error& e) {
   }
   if (e.kind() != ErrorKind::kAborted) MCCL_LOG(kWarn, e.what());
   matching_->failAll(e);
-  {
-    std::lock_guard<std::mutex> lock(notifMu_);
-    for (Notifier* n : notifiers_) n->notify();
-  }
+  // Running ops fail now if they wait, else at their next wait.
+  for (auto& op : activeOps()) op->fail(e);
   wdCv_.notify_all();
   // Tell every connected peer, so the whole group fails fast.
   FrameHeader h;
@@ -122,14 +120,9 @@ void Communicator::poison(const Error& e) {
   for (auto& c : allConnections()) c->postAbort(h, e);
 }
 
-void Communicator::registerNotifier(Notifier* n) {
-  std::lock_guard<std::mutex> lock(notifMu_);
-  notifiers_.push_back(n);
-}
-
-void Communicator::unregisterNotifier(Notifier* n) {
-  std::lock_guard<std::mutex> lock(notifMu_);
-  std::erase(notifiers_, n);
+std::vector<std::shared_ptr<OpContext>> Communicator::activeOps() {
+  std::lock_guard<std::mutex> lock(opsMu_);
+  return ops_;
 }
 
 std::vector<std::shared_ptr<Connection>> Communicator::allConnections() const {
@@ -148,6 +141,7 @@ size_t Communicator::numConnections() const {
 }
 
 void Communicator::interruptConnections() {
+  interrupted_.store(true);
   for (auto& c : allConnections()) c->interrupt();
 }
 
@@ -179,8 +173,24 @@ void Communicator::stopThreads(bool graceful) {
     stopping_ = true;
   }
   qcv_.notify_all();
-  for (auto& t : workers_) t.join();
-  workers_.clear();
+  if (engine_.joinable()) engine_.join();
+  // Ops still running (after a failure) retire once their transfers have
+  // failed; make sure they do.
+  {
+    Deadline limit = Deadline::after(std::chrono::seconds(2));
+    while (!activeOps().empty() && !limit.expired()) {
+      reapOps();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!activeOps().empty()) {
+      interruptConnections();
+      Deadline hard = Deadline::after(std::chrono::seconds(10));
+      while (!activeOps().empty() && !hard.expired()) {
+        reapOps();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(wdMu_);
     wdStop_ = true;
@@ -471,26 +481,28 @@ std::shared_ptr<Work> Communicator::submit(const OpSignature& sig,
                                           " called after the communicator was shut down"))));
     return work;
   }
-  queue_.push_back(Task{nextSeq_++, sig, timeout, std::move(body), work});
+  queue_.push_back(QueuedOp{nextSeq_++, sig, timeout, std::move(body), work});
   qcv_.notify_all();  // shutdown() may wait on the same condition
   return work;
 }
 
-void Communicator::workerLoop() {
+void Communicator::engineLoop() {
   for (;;) {
-    Task task;
+    QueuedOp next;
     {
       std::unique_lock<std::mutex> lock(qmu_);
-      qcv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) return;  // stopping
-      task = std::move(queue_.front());
+      qcv_.wait(lock, [&] {
+        return (!queue_.empty() && running_ < cfg_.inflightOps) || (stopping_ && queue_.empty());
+      });
+      if (queue_.empty()) break;  // stopping
+      next = std::move(queue_.front());
       queue_.pop_front();
       ++running_;
-      // Ops begin in sequence order: a frame is checked against the op with
-      // its sequence number.
+      // Ops begin in sequence order: frames are checked against the op with
+      // their sequence number.
       if (!poisoned()) {
         try {
-          matching_->beginOp(task.seq, task.sig);
+          matching_->beginOp(next.seq, next.sig);
         } catch (const Error& e) {
           lock.unlock();
           poison(Error(e.kind(), strCat(selfName(), ": ", e.what())));
@@ -498,39 +510,71 @@ void Communicator::workerLoop() {
         }
       }
     }
-    runTask(task);
+    reapOps();
+    startOp(next);
+  }
+  reapOps();
+}
+
+void Communicator::startOp(QueuedOp& q) {
+  if (poisoned()) {
+    // Nothing of a poisoned group's op may run: it could touch user memory.
+    Error p = poisonError();
+    matching_->endOp(q.seq);
     {
       std::lock_guard<std::mutex> lock(qmu_);
       --running_;
     }
     qcv_.notify_all();
+    q.work->complete(std::make_exception_ptr(
+        Error(p.kind(), strCat(q.work->description(), " failed: ", p.what()))));
+    return;
   }
+  auto timeout = q.timeout.count() > 0 ? q.timeout : cfg_.timeout;
+  auto op = std::make_shared<OpContext>(*this, q.seq, q.sig, Deadline::after(timeout), q.work);
+  {
+    std::lock_guard<std::mutex> lock(opsMu_);
+    ops_.push_back(op);
+  }
+  wdCv_.notify_all();  // a new deadline to watch
+  Task body;
+  try {
+    body = q.body(*op);
+  } catch (...) {
+    // Creating the coroutine failed (out of memory): the op fails with that.
+    body = [](std::exception_ptr e) -> Task {
+      std::rethrow_exception(e);
+      co_return;
+    }(std::current_exception());
+  }
+  op->start(std::move(body));
 }
 
-void Communicator::runTask(Task& task) {
-  std::exception_ptr error;
-  if (poisoned()) {
-    Error p = poisonError();
-    error = std::make_exception_ptr(Error(p.kind(), strCat(task.work->description(), " failed: ", p.what())));
-  } else {
-    auto timeout = task.timeout.count() > 0 ? task.timeout : cfg_.timeout;
-    OpContext ctx(*this, task.seq, task.sig, Deadline::after(timeout));
-    try {
-      task.body(ctx);
-      ctx.finish();
-    } catch (const Error& e) {
-      poison(e);
-      ctx.drain();
-      error = std::make_exception_ptr(Error(e.kind(), strCat(task.work->description(), " failed: ", e.what())));
-    } catch (const std::exception& e) {
-      Error err(ErrorKind::kInternal, strCat(selfName(), ": ", e.what()));
-      poison(err);
-      ctx.drain();
-      error = std::make_exception_ptr(Error(err.kind(), strCat(task.work->description(), " failed: ", err.what())));
+void Communicator::opCompleted(uint64_t seq, std::shared_ptr<Work> work,
+                               std::exception_ptr error) {
+  matching_->endOp(seq);
+  {
+    std::lock_guard<std::mutex> lock(qmu_);
+    --running_;
+  }
+  qcv_.notify_all();  // the engine may start the next op; shutdown() may be waiting
+  work->complete(error);
+}
+
+void Communicator::reapOps() {
+  std::vector<std::shared_ptr<OpContext>> done;
+  {
+    std::lock_guard<std::mutex> lock(opsMu_);
+    for (auto it = ops_.begin(); it != ops_.end();) {
+      if ((*it)->reapable()) {
+        done.push_back(std::move(*it));
+        it = ops_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
-  matching_->endOp(task.seq);
-  task.work->complete(error);
+  // Frames are destroyed here, outside any lock and off their own stacks.
 }
 
 // ---------------------------------------------------------- point-to-point
@@ -623,6 +667,7 @@ void Communicator::watch(Deadline deadline, std::weak_ptr<Transfer> t) {
 }
 
 void Communicator::watchdogLoop() {
+  constexpr auto kRetireGrace = std::chrono::seconds(1);
   std::unique_lock<std::mutex> lock(wdMu_);
   while (!wdStop_) {
     // Forget transfers that finished; fail the first one past its deadline.
@@ -644,10 +689,36 @@ void Communicator::watchdogLoop() {
       lock.lock();
     }
     if (poisoned() && !watched_.empty()) watched_.clear();
-    if (watched_.empty()) {
+    Clock::time_point next = watched_.empty() ? Clock::time_point::max() : watched_.begin()->first;
+    // Collectives: deadlines of running ops, and ops that failed but still
+    // wait for transfers to retire (force those after a grace period).
+    lock.unlock();
+    bool force = false;
+    for (auto& op : activeOps()) {
+      Clock::time_point since;
+      if (op->retiring(&since)) {
+        if (now - since >= kRetireGrace) force = true;
+        next = std::min(next, since + kRetireGrace);
+      } else if (!op->reapable() && !op->deadline().isNever()) {
+        if (op->deadline().expired()) {
+          op->timeOut();
+        } else {
+          next = std::min(next, op->deadline().time());
+        }
+      }
+    }
+    if (force && !interrupted_.load()) {
+      MCCL_LOG(kWarn, selfName(), ": transfers of a failed operation did not stop within ",
+               kRetireGrace.count(), " s; closing the connections");
+      interruptConnections();
+    }
+    reapOps();
+    lock.lock();
+    if (wdStop_) break;
+    if (next == Clock::time_point::max()) {
       wdCv_.wait(lock);
     } else {
-      wdCv_.wait_until(lock, watched_.begin()->first);
+      wdCv_.wait_until(lock, next);
     }
   }
 }

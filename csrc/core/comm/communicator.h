@@ -8,10 +8,11 @@
 // authenticated by the handshake (transport/handshake.h).
 //
 // Ordering: submit() assigns each collective the next sequence number of the
-// group, in call order; up to MCCL_INFLIGHT_OPS workers run them, started in
-// sequence order, so several can be on the wire at once. Point-to-point
-// traffic has its own counters per (peer, tag) and never takes a sequence
-// number or a worker.
+// group, in call order. The engine thread starts them in that order, up to
+// MCCL_INFLIGHT_OPS at a time, so several can be on the wire at once; an
+// op's algorithm is a coroutine that the connection threads resume as its
+// transfers complete. Point-to-point traffic has its own counters per
+// (peer, tag) and never takes a sequence number.
 //
 // Failure: the first error poisons the communicator. Every pending and later
 // operation fails with that error; peers are told with an ABORT frame so
@@ -35,6 +36,7 @@
 #include "comm/scratch.h"
 #include "comm/signature.h"
 #include "comm/store.h"
+#include "comm/task.h"
 #include "comm/transfer.h"
 #include "comm/work.h"
 #include "transport/connection.h"
@@ -47,7 +49,8 @@ class OpContext;
 
 class Communicator : public FrameSink, public std::enable_shared_from_this<Communicator> {
  public:
-  using Body = std::function<void(OpContext&)>;
+  // Creates the op's algorithm coroutine (not yet started).
+  using Body = std::function<Task(OpContext&)>;
 
   // Collective: every rank of the group calls it. Throws on bad config or
   // when the store does not answer within config.timeout.
@@ -65,8 +68,8 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   // "mccl rank 1/4 in group 'default_pg'"
   std::string selfName() const;
 
-  // Enqueues a collective; returns at once. `body` runs on a worker with an
-  // OpContext; `timeout` <= 0 means the group's. Thread-safe.
+  // Enqueues a collective; returns at once. `timeout` <= 0 means the
+  // group's; it counts from when the op starts. Thread-safe.
   std::shared_ptr<Work> submit(const OpSignature& sig, std::chrono::milliseconds timeout,
                                Body body, std::string description);
 
@@ -98,11 +101,11 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
                 const void* data, Deadline deadline);
   Matching& matching() { return *matching_; }
   ScratchPool& scratch() { return scratch_; }
-  // Ops register the notifier they sleep on, so poison() can wake them.
-  void registerNotifier(Notifier* n);
-  void unregisterNotifier(Notifier* n);
   // Shuts every connection's socket so blocked transfers fail now.
   void interruptConnections();
+  // An op's Work is final: bookkeeping, then completes `work` (callbacks run
+  // on this thread). Called once per op, from any thread.
+  void opCompleted(uint64_t seq, std::shared_ptr<Work> work, std::exception_ptr error);
 
   // FrameSink (connection receive threads).
   void* payloadDest(Connection& c, const FrameHeader& h) override;
@@ -125,7 +128,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
     bool closed = false;  // the peer shut down cleanly
     std::atomic<uint64_t> next{0};  // round-robin over conns
   };
-  struct Task {
+  struct QueuedOp {
     uint64_t seq;
     OpSignature sig;
     std::chrono::milliseconds timeout;
@@ -135,8 +138,10 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
 
   Communicator(std::shared_ptr<Store> store, const CommConfig& config);
   void bootstrap();
-  void workerLoop();
-  void runTask(Task& task);
+  void engineLoop();
+  void startOp(QueuedOp& task);
+  void reapOps();
+  std::vector<std::shared_ptr<OpContext>> activeOps();
   void adopt(Socket sock, int peer, bool accepted);
   void lateGoodbye(Connection& conn);
   std::vector<std::shared_ptr<Connection>> connectionsTo(int peer, Deadline deadline);
@@ -156,27 +161,26 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   std::unique_ptr<Listener> listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
 
-  // Ops.
+  // Ops: queued (qmu_), then running (opsMu_).
   std::mutex qmu_;
   std::condition_variable qcv_;
-  std::deque<Task> queue_;
+  std::deque<QueuedOp> queue_;
   uint64_t nextSeq_ = 0;
   int running_ = 0;
   bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  std::thread engine_;
+  std::mutex opsMu_;
+  std::vector<std::shared_ptr<OpContext>> ops_;
+  std::atomic<bool> interrupted_{false};
 
   // p2p send counters per (peer, tag).
   std::mutex p2pMu_;
   std::map<std::pair<int, uint32_t>, uint64_t> sendCounter_;
 
-  // Notifiers of running ops.
-  std::mutex notifMu_;
-  std::vector<Notifier*> notifiers_;
-
   // Store access is serialised (c10d stores are not all thread-safe).
   std::mutex storeMu_;
 
-  // Deadlines of point-to-point transfers (collectives enforce their own).
+  // Deadlines: point-to-point transfers here, collectives in ops_.
   std::mutex wdMu_;
   std::condition_variable wdCv_;
   std::multimap<Clock::time_point, std::weak_ptr<Transfer>> watched_;

@@ -5,25 +5,16 @@
 
 namespace mccl {
 
-OpContext::OpContext(Communicator& comm, uint64_t seq, const OpSignature& sig, Deadline deadline)
+OpContext::OpContext(Communicator& comm, uint64_t seq, const OpSignature& sig, Deadline deadline,
+                     std::shared_ptr<Work> work)
     : comm_(comm),
       seq_(seq),
       sig_(sig),
       deadline_(deadline),
       start_(Clock::now()),
-      notifier_(std::make_shared<Notifier>()) {
-  comm_.registerNotifier(notifier_.get());
-}
+      work_(std::move(work)) {}
 
-OpContext::~OpContext() { comm_.unregisterNotifier(notifier_.get()); }
-
-void OpContext::track(std::shared_ptr<Transfer> t) {
-  // Keep the list short on long pipelines: forget transfers that are done.
-  if (transfers_.size() >= 256) {
-    std::erase_if(transfers_, [](const std::shared_ptr<Transfer>& x) { return x->done(); });
-  }
-  transfers_.push_back(std::move(t));
-}
+OpContext::~OpContext() = default;
 
 std::shared_ptr<SendRequest> OpContext::isend(int peer, uint32_t slot, const void* data,
                                               size_t bytes) {
@@ -36,8 +27,8 @@ std::shared_ptr<SendRequest> OpContext::isend(int peer, uint32_t slot, const voi
   sig_.stamp(&h);
   auto req = std::make_shared<SendRequest>(
       peer, MsgKey{0, seq_, slot, static_cast<uint32_t>(rank())}, sig_.op, bytes);
-  req->notifier = notifier_;
-  track(req);
+  req->op = this;
+  outstanding_.fetch_add(1);
   comm_.postSend(req, h, data, deadline_);
   return req;
 }
@@ -46,31 +37,33 @@ std::shared_ptr<RecvRequest> OpContext::irecv(int peer, uint32_t slot, void* dat
   MCCL_CHECK(peer >= 0 && peer < size() && peer != rank(), "bad peer ", peer);
   auto req = std::make_shared<RecvRequest>(MsgKey{0, seq_, slot, static_cast<uint32_t>(peer)},
                                            data, bytes, sig_);
-  req->notifier = notifier_;
-  track(req);
+  req->op = this;
+  outstanding_.fetch_add(1);
   comm_.matching().post(req);
   return req;
 }
 
-void OpContext::throwTimeout(const Transfer& t) {
-  double waited = secondsSince(start_);
-  std::string peer = t.peerRank() >= 0 ? comm_.peerName(t.peerRank()) : std::string("the peer");
-  throwError(ErrorKind::kTimeout, comm_.selfName(), ": ", sig_.describe(), " #", seq_,
-             " timed out after ", waited, " s waiting for the ", t.describe(), "; ", peer,
-             " may be slow, stopped or dead, or it did not call this collective");
+void OpContext::start(Task body) {
+  body_ = std::move(body);
+  body_.start([this](std::exception_ptr e) { bodyDone(e); });
 }
 
-void OpContext::wait(const Transfer& t) {
-  std::unique_lock<std::mutex> lock(notifier_->mutex());
-  while (!t.done()) {
-    if (comm_.poisoned()) throw comm_.poisonError();
-    if (deadline_.isNever()) {
-      notifier_->cv().wait(lock);
-    } else if (notifier_->cv().wait_until(lock, deadline_.time()) == std::cv_status::timeout &&
-               !t.done()) {
-      if (comm_.poisoned()) throw comm_.poisonError();
-      throwTimeout(t);
-    }
+bool OpContext::suspendOn(Transfer* t, std::coroutine_handle<> h) {
+  suspended_ = h;
+  awaiting_.store(t);
+  if (t->done() || failed_.load()) {
+    // It finished (or the op failed) meanwhile: take the resumption back,
+    // unless the thread that finished it already took it.
+    Transfer* expected = t;
+    if (awaiting_.compare_exchange_strong(expected, nullptr)) return false;
+  }
+  return true;  // whoever clears awaiting_ resumes us (possibly already has)
+}
+
+void OpContext::afterWait(const Transfer& t) {
+  if (failed_.load()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    throw *failure_;
   }
   if (t.error() != nullptr) {
     // Report the root cause, not the symptom ("connection is closing").
@@ -79,41 +72,90 @@ void OpContext::wait(const Transfer& t) {
   }
 }
 
-void OpContext::finish() {
-  for (const auto& t : transfers_) wait(*t);
-  transfers_.clear();
+void OpContext::fail(const Error& e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_) return;
+    failure_ = std::make_unique<Error>(e);
+  }
+  failed_.store(true);
+  if (awaiting_.exchange(nullptr) != nullptr) suspended_.resume();
 }
 
-void OpContext::drain() {
-  // Receives that have not matched can simply be withdrawn.
-  for (auto& t : transfers_) {
-    if (auto r = std::dynamic_pointer_cast<RecvRequest>(t); r && !r->done()) {
-      if (comm_.matching().cancel(r)) r->finish(nullptr);
+void OpContext::timeOut() {
+  // Claim the waiting coroutine first: while we hold the claim it cannot
+  // resume, so the transfer it waits for stays alive for describe().
+  Transfer* t = awaiting_.exchange(nullptr);
+  std::string what = t != nullptr ? t->describe() : std::string("its next transfer");
+  int peer = t != nullptr ? t->peerRank() : -1;
+  Error e(ErrorKind::kTimeout,
+          strCat(comm_.selfName(), ": ", sig_.describe(), " #", seq_, " timed out after ",
+                 secondsSince(start_), " s waiting for the ", what, "; ",
+                 peer >= 0 ? comm_.peerName(peer) : std::string("the peer"),
+                 " may be slow, stopped or dead, or it did not call this collective"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_) failure_ = std::make_unique<Error>(e);
+  }
+  failed_.store(true);
+  if (t != nullptr) suspended_.resume();
+}
+
+void OpContext::transferFinished(Transfer& t) {
+  Transfer* expected = &t;
+  if (awaiting_.compare_exchange_strong(expected, nullptr)) suspended_.resume();
+  if (outstanding_.fetch_sub(1) == 1) maybeComplete();
+}
+
+void OpContext::bodyDone(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bodyError_ = error;
+    bodyEnd_ = Clock::now();
+  }
+  if (error) {
+    // Poison first: the group's state is unknown now, and poisoning fails
+    // the transfers still posted so they retire.
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      comm_.poison(e);
+    } catch (const std::exception& e) {
+      comm_.poison(Error(ErrorKind::kInternal, strCat(comm_.selfName(), ": ", e.what())));
     }
   }
-  auto allDone = [&] {
-    for (const auto& t : transfers_) {
-      if (!t->done()) return false;
-    }
-    return true;
-  };
-  // The communicator is poisoned: sends fail as their connections go down and
-  // receives as their in-flight payloads stop. Give that a moment, then force it.
-  for (int round = 0; round < 2; ++round) {
-    Deadline limit = Deadline::after(std::chrono::milliseconds(round == 0 ? 1000 : 10000));
-    std::unique_lock<std::mutex> lock(notifier_->mutex());
-    while (!allDone() && !limit.expired()) {
-      notifier_->cv().wait_until(lock, limit.time());
-    }
-    if (allDone()) break;
-    lock.unlock();
-    comm_.interruptConnections();
+  bodyDone_.store(true);
+  maybeComplete();
+}
+
+bool OpContext::retiring(Clock::time_point* since) const {
+  if (!bodyDone_.load() || completed_.load()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  *since = bodyEnd_;
+  return true;
+}
+
+void OpContext::maybeComplete() {
+  if (!bodyDone_.load() || outstanding_.load() != 0) return;
+  if (completed_.exchange(true)) return;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error = bodyError_;
   }
-  if (!allDone()) {
-    MCCL_LOG(kError, comm_.selfName(), ": ", sig_.describe(), " #", seq_,
-             " could not retire all of its transfers after a failure");
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      error = std::make_exception_ptr(
+          Error(e.kind(), strCat(work_->description(), " failed: ", e.what())));
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(Error(
+          ErrorKind::kInternal, strCat(work_->description(), " failed: ", e.what())));
+    }
   }
-  transfers_.clear();
+  comm_.opCompleted(seq_, work_, error);
+  reapable_.store(true);  // the last touch of this object
 }
 
 }  // namespace mccl

@@ -1,67 +1,112 @@
-// OpContext: what a collective algorithm sees while it runs on a worker.
+// OpContext: one running collective, as its algorithm sees it.
 //
-// Algorithms post sends and receives of whole messages, identified by a
-// slot number of their choosing, and wait for them; they never touch
-// sockets. Sends are zero copy (the memory must stay untouched until the
-// send is waited for); receives land directly in the given memory.
+// Algorithms are coroutines (comm/task.h). They post sends and receives of
+// whole messages, identified by slot numbers of their choosing, and
+// co_await them; they never touch sockets. Sends are zero copy (the memory
+// must stay untouched until the send is awaited); receives land directly in
+// the given memory.
 //
-// Every wait honours the op's deadline and the communicator's poison, and
-// throws an mccl::Error naming this rank, the op, the transfer and the peer.
-// When the algorithm returns or throws, the context waits until no transfer
-// can still touch the op's memory, so the caller may release it.
+// A wait resumes with an mccl::Error when the transfer failed, when the op
+// passed its deadline (the watchdog calls timeOut()), or when the
+// communicator was poisoned (it calls fail()); the message names this rank,
+// the op, the transfer and the peer.
+//
+// Completion: the op's Work completes once its coroutine has returned or
+// thrown and no transfer it posted can still touch its memory, so a caller
+// may free the buffers as soon as the Work completes, even after a failure.
 #pragma once
 
+#include <atomic>
+#include <coroutine>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/task.h"
 #include "reduce/reduce.h"
 
 namespace mccl {
 
 class OpContext {
  public:
-  OpContext(Communicator& comm, uint64_t seq, const OpSignature& sig, Deadline deadline);
+  OpContext(Communicator& comm, uint64_t seq, const OpSignature& sig, Deadline deadline,
+            std::shared_ptr<Work> work);
   ~OpContext();
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
+  // ---- for algorithms ------------------------------------------------------
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
   uint64_t seq() const { return seq_; }
   const OpSignature& sig() const { return sig_; }
   const CommConfig& config() const { return comm_.config(); }
-  Deadline deadline() const { return deadline_; }
 
   std::shared_ptr<SendRequest> isend(int peer, uint32_t slot, const void* data, size_t bytes);
   std::shared_ptr<RecvRequest> irecv(int peer, uint32_t slot, void* data, size_t bytes);
-  void wait(const Transfer& t);
+
+  struct Awaiter {
+    OpContext& op;
+    std::shared_ptr<Transfer> t;
+    bool await_ready() const { return t->done() && !op.failed_.load(); }
+    bool await_suspend(std::coroutine_handle<> h) { return op.suspendOn(t.get(), h); }
+    void await_resume() { op.afterWait(*t); }
+  };
+  // co_await ctx.wait(request)
+  Awaiter wait(std::shared_ptr<Transfer> t) { return Awaiter{*this, std::move(t)}; }
+  // co_await ctx.waitAll(requests)
   template <typename Container>
-  void waitAll(const Container& transfers) {
-    for (const auto& t : transfers) wait(*t);
+  Task waitAll(const Container& transfers) {
+    for (const auto& t : transfers) co_await wait(t);
   }
 
   // Scratch memory from the communicator's pool, returned when dropped.
   Scratch scratch(size_t bytes) { return comm_.scratch().get(bytes); }
 
-  // Called by the worker after the algorithm returned normally: waits for any
-  // transfer it left outstanding.
-  void finish();
-  // Called after a failure: withdraws unmatched receives and waits, bounded,
-  // until no transfer can touch the op's memory.
-  void drain();
+  // ---- for the communicator --------------------------------------------------
+  // Runs the algorithm until it first waits (engine thread).
+  void start(Task body);
+  // Makes the op fail with `e`: at once if it is waiting, else at its next wait.
+  void fail(const Error& e);
+  // Fails the op with a timeout naming what it waits for (watchdog).
+  void timeOut();
+  // From Transfer::finish, on any thread.
+  void transferFinished(Transfer& t);
+  Deadline deadline() const { return deadline_; }
+  // Whether the algorithm has returned and the op waits only for transfers
+  // to retire (after a failure), and since when.
+  bool retiring(Clock::time_point* since) const;
+  // Whether the op is over and no thread uses it any more (it may be destroyed).
+  bool reapable() const { return reapable_.load(); }
 
  private:
-  [[noreturn]] void throwTimeout(const Transfer& t);
-  void track(std::shared_ptr<Transfer> t);
+  friend struct Awaiter;
+  bool suspendOn(Transfer* t, std::coroutine_handle<> h);
+  void afterWait(const Transfer& t);
+  void bodyDone(std::exception_ptr error);
+  void maybeComplete();
 
   Communicator& comm_;
   const uint64_t seq_;
   const OpSignature sig_;
   const Deadline deadline_;
   const Clock::time_point start_;
-  std::shared_ptr<Notifier> notifier_;
-  std::vector<std::shared_ptr<Transfer>> transfers_;
+  std::shared_ptr<Work> work_;
+  Task body_;
+
+  std::coroutine_handle<> suspended_;
+  std::atomic<Transfer*> awaiting_{nullptr};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;
+  std::unique_ptr<Error> failure_;  // raised at the next wait
+  std::exception_ptr bodyError_;
+  Clock::time_point bodyEnd_{};
+
+  std::atomic<int> outstanding_{0};  // posted transfers not yet finished
+  std::atomic<bool> bodyDone_{false};
+  std::atomic<bool> completed_{false};
+  std::atomic<bool> reapable_{false};  // set last: nothing touches the op after it
 };
 
 }  // namespace mccl

@@ -1,19 +1,14 @@
 #include "comm/transfer.h"
 
+#include "comm/op_context.h"
+
 namespace mccl {
 
 void Transfer::finish(const Error* err) {
   if (claimed_.exchange(true)) return;
   if (err != nullptr) error_ = std::make_unique<Error>(*err);
-  if (notifier != nullptr) {
-    // Set and signal under the waiter's mutex: a waiter checks done() with
-    // the mutex held, so it cannot miss the wake-up.
-    std::lock_guard<std::mutex> lock(notifier->mutex());
-    done_.store(true, std::memory_order_release);
-    notifier->cv().notify_all();
-  } else {
-    done_.store(true, std::memory_order_release);
-  }
+  done_.store(true);
+  if (op != nullptr) op->transferFinished(*this);  // may resume the op here
   if (onDone) onDone(*this);
 }
 
@@ -24,14 +19,18 @@ void SendRequest::sendDone(const Error* err) {
   }
   if (framesLeft_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::shared_ptr<SendRequest> keep = std::move(self_);  // released after finish
-    std::lock_guard<std::mutex> lock(errMu_);
-    finish(firstError_.get());
+    std::unique_ptr<Error> e;
+    {
+      std::lock_guard<std::mutex> lock(errMu_);
+      if (firstError_) e = std::make_unique<Error>(*firstError_);
+    }
+    finish(e.get());  // without locks held: it may resume an algorithm
   }
 }
 
 std::string SendRequest::describe() const {
   if (key.p2p) return strCat("send #", key.seq, " with tag ", key.slot, " (", bytes, " bytes) to rank ", peer);
-  return strCat("send of ", opKindName(op), " #", key.seq, " slot ", key.slot, " (", bytes,
+  return strCat("send of ", opKindName(kind), " #", key.seq, " slot ", key.slot, " (", bytes,
                 " bytes) to rank ", peer);
 }
 

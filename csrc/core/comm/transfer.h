@@ -1,13 +1,12 @@
-// Transfers: one posted send or receive of a whole message, and the
-// Notifier an operation sleeps on while its transfers progress.
+// Transfers: one posted send or receive of a whole message.
 //
 // A transfer completes exactly once (finish()), from a connection thread or
-// from the communicator when it is poisoned. Completion wakes the owner's
-// Notifier and, for point-to-point operations, runs onDone.
+// from the communicator when it is poisoned. Completion tells the collective
+// op that posted it (which may resume the op's coroutine on this thread) or,
+// for point-to-point operations, runs onDone.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,19 +19,7 @@
 
 namespace mccl {
 
-class Notifier {
- public:
-  void notify() {
-    { std::lock_guard<std::mutex> lock(mu_); }
-    cv_.notify_all();
-  }
-  std::mutex& mutex() { return mu_; }
-  std::condition_variable& cv() { return cv_; }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-};
+class OpContext;
 
 // Identifies a message between a pair of ranks.
 struct MsgKey {
@@ -54,9 +41,8 @@ class Transfer {
   // The peer of this transfer, or -1 for a receive from any rank not yet matched.
   virtual int peerRank() const = 0;
 
-  // Shared with the op that waits, so a late completion never touches a
-  // notifier that is gone.
-  std::shared_ptr<Notifier> notifier;
+  // The collective op that posted it (it outlives its transfers), or null.
+  OpContext* op = nullptr;
   std::function<void(Transfer&)> onDone;
 
   void finish(const Error* err);
@@ -69,8 +55,8 @@ class Transfer {
 
 class SendRequest : public Transfer, public SendCallback {
  public:
-  SendRequest(int peer, MsgKey key, OpKind op, size_t bytes)
-      : peer(peer), key(key), op(op), bytes(bytes) {}
+  SendRequest(int peer, MsgKey key, OpKind kind, size_t bytes)
+      : peer(peer), key(key), kind(kind), bytes(bytes) {}
   // Set by the communicator before the first frame is queued. The request
   // keeps itself alive (`self`) until its last frame is done, because
   // connections hold only raw SendCallback pointers.
@@ -84,7 +70,7 @@ class SendRequest : public Transfer, public SendCallback {
 
   const int peer;
   const MsgKey key;
-  const OpKind op;
+  const OpKind kind;
   const size_t bytes;
 
  private:
