@@ -80,6 +80,7 @@ void allreduceSweep(const std::string& algo, const ConfigFn& extra = nullptr) {
 TEST(Allreduce, Ring) { allreduceSweep("allreduce=ring"); }
 TEST(Allreduce, RingPipelinedStriped) { allreduceSweep("allreduce=ring", pipelined); }
 TEST(Allreduce, RecursiveDoubling) { allreduceSweep("allreduce=recursive_doubling"); }
+TEST(Allreduce, Direct) { allreduceSweep("allreduce=direct"); }
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
 
 TEST(Broadcast, AllAlgorithmsRootsAndCounts) {

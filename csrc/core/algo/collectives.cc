@@ -61,6 +61,9 @@ void checkBuf(const Communicator& comm, const char* op, const void* p, size_t by
   if (bytes > 0 && p == nullptr) usage(comm, op, "buffer is null");
 }
 
+// Whether an op of `bytes` may start on the calling thread (see submit()).
+bool small(const Communicator& comm, size_t bytes) { return bytes <= comm.config().smallBytes; }
+
 OpSignature signature(OpKind op, DataType dtype, ReduceOp rop, int root, uint64_t count,
                       Algo algo) {
   OpSignature s;
@@ -82,8 +85,11 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   checkBuf(comm, op, o.buf, bytes);
   Algo a = algo::choose(comm.config(), OpKind::kAllreduce, bytes);
   auto sig = signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count, a);
-  auto body = a == Algo::kRing ? &algo::allreduceRing : &algo::allreduceRecursiveDoubling;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); }, sig.describe());
+  auto body = a == Algo::kRing     ? &algo::allreduceRing
+              : a == Algo::kDirect ? &algo::allreduceDirect
+                                   : &algo::allreduceRecursiveDoubling;
+  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
+                     sig.describe(), small(comm, bytes));
 }
 
 std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {
@@ -94,7 +100,8 @@ std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {
   Algo a = algo::choose(comm.config(), OpKind::kBroadcast, bytes);
   auto sig = signature(OpKind::kBroadcast, o.dtype, ReduceOp::kSum, o.root, o.count, a);
   auto body = a == Algo::kChain ? &algo::broadcastChain : &algo::broadcastBinomial;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); }, sig.describe());
+  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
+                     sig.describe(), small(comm, bytes));
 }
 
 std::shared_ptr<Work> reduce(Communicator& comm, const ReduceOptions& o) {
@@ -106,7 +113,8 @@ std::shared_ptr<Work> reduce(Communicator& comm, const ReduceOptions& o) {
   Algo a = algo::choose(comm.config(), OpKind::kReduce, bytes);
   auto sig = signature(OpKind::kReduce, o.dtype, o.op, o.root, o.count, a);
   auto body = a == Algo::kChain ? &algo::reduceChain : &algo::reduceBinomial;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); }, sig.describe());
+  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
+                     sig.describe(), small(comm, bytes));
 }
 
 std::shared_ptr<Work> allgather(Communicator& comm, const AllgatherOptions& o) {
@@ -117,7 +125,8 @@ std::shared_ptr<Work> allgather(Communicator& comm, const AllgatherOptions& o) {
   Algo a = algo::choose(comm.config(), OpKind::kAllgather, bytes);
   auto sig = signature(OpKind::kAllgather, o.dtype, ReduceOp::kSum, -1, o.count, a);
   auto body = a == Algo::kRing ? &algo::allgatherRing : &algo::allgatherDirect;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); }, sig.describe());
+  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
+                     sig.describe(), small(comm, bytes));
 }
 
 std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
@@ -129,7 +138,8 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   Algo a = algo::choose(comm.config(), OpKind::kReduceScatter, bytes);
   auto sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count, a);
   auto body = a == Algo::kRing ? &algo::reduceScatterRing : &algo::reduceScatterDirect;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); }, sig.describe());
+  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
+                     sig.describe(), small(comm, bytes));
 }
 
 std::shared_ptr<Work> gather(Communicator& comm, const GatherOptions& o) {
@@ -141,7 +151,7 @@ std::shared_ptr<Work> gather(Communicator& comm, const GatherOptions& o) {
   Algo a = algo::choose(comm.config(), OpKind::kGather, bytes);
   auto sig = signature(OpKind::kGather, o.dtype, ReduceOp::kSum, o.root, o.count, a);
   return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::gatherDirect(ctx, o); },
-                     sig.describe());
+                     sig.describe(), small(comm, bytes));
 }
 
 std::shared_ptr<Work> scatter(Communicator& comm, const ScatterOptions& o) {
@@ -153,7 +163,7 @@ std::shared_ptr<Work> scatter(Communicator& comm, const ScatterOptions& o) {
   Algo a = algo::choose(comm.config(), OpKind::kScatter, bytes);
   auto sig = signature(OpKind::kScatter, o.dtype, ReduceOp::kSum, o.root, o.count, a);
   return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::scatterDirect(ctx, o); },
-                     sig.describe());
+                     sig.describe(), small(comm, bytes));
 }
 
 std::shared_ptr<Work> alltoall(Communicator& comm, const AlltoallOptions& o) {
@@ -177,14 +187,14 @@ std::shared_ptr<Work> alltoall(Communicator& comm, const AlltoallOptions& o) {
   Algo a = algo::choose(comm.config(), OpKind::kAlltoall, total * dtypeSize(o.dtype));
   auto sig = signature(OpKind::kAlltoall, o.dtype, ReduceOp::kSum, -1, 0, a);
   return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::alltoallPairwise(ctx, o); },
-                     sig.describe());
+                     sig.describe(), small(comm, total * dtypeSize(o.dtype)));
 }
 
 std::shared_ptr<Work> barrier(Communicator& comm, Timeout timeout) {
   Algo a = algo::choose(comm.config(), OpKind::kBarrier, 0);
   auto sig = signature(OpKind::kBarrier, DataType::kUInt8, ReduceOp::kSum, -1, 0, a);
   return comm.submit(sig, timeout, [](OpContext& ctx) { return algo::barrierDissemination(ctx); },
-                     sig.describe());
+                     sig.describe(), /*small=*/true);
 }
 
 std::shared_ptr<Work> send(Communicator& comm, int peer, uint32_t tag, const void* buf,

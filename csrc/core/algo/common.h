@@ -45,6 +45,7 @@ void premul(void* dst, const void* src, size_t count, DataType dtype, ReduceOp o
 // Entry points, one per algorithm file: coroutines (comm/task.h) that take
 // their options by value, since they outlive the call that starts them.
 Task allreduceRing(OpContext& ctx, AllreduceOptions o);
+Task allreduceDirect(OpContext& ctx, AllreduceOptions o);
 Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o);
 Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
 Task broadcastChain(OpContext& ctx, BroadcastOptions o);

@@ -16,7 +16,7 @@ struct Candidate {
 const std::vector<Candidate>& table() {
   static const std::vector<Candidate> t = {
       {OpKind::kAllreduce, Algo::kRecursiveDoubling, Algo::kRing,
-       {Algo::kRing, Algo::kRecursiveDoubling}},
+       {Algo::kRing, Algo::kRecursiveDoubling, Algo::kDirect}},
       {OpKind::kBroadcast, Algo::kBinomial, Algo::kChain, {Algo::kBinomial, Algo::kChain}},
       {OpKind::kReduce, Algo::kBinomial, Algo::kChain, {Algo::kBinomial, Algo::kChain}},
       {OpKind::kAllgather, Algo::kDirect, Algo::kRing, {Algo::kRing, Algo::kDirect}},

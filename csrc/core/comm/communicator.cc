@@ -472,18 +472,46 @@ void Communicator::connectionEnded(Connection& c, const Error* err) {
 
 std::shared_ptr<Work> Communicator::submit(const OpSignature& sig,
                                            std::chrono::milliseconds timeout, Body body,
-                                           std::string description) {
-  std::lock_guard<std::mutex> lock(qmu_);
-  auto work = std::make_shared<Work>(strCat(selfName(), ": ", description, " #", nextSeq_));
-  if (stopping_) {
-    work->complete(std::make_exception_ptr(
-        Error(ErrorKind::kAborted, strCat(selfName(), ": ", work->description(),
-                                          " called after the communicator was shut down"))));
-    return work;
+                                           std::string description, bool small) {
+  QueuedOp now;
+  std::shared_ptr<Work> work;
+  {
+    std::unique_lock<std::mutex> lock(qmu_);
+    work = std::make_shared<Work>(strCat(selfName(), ": ", description, " #", nextSeq_));
+    if (stopping_) {
+      work->complete(std::make_exception_ptr(
+          Error(ErrorKind::kAborted, strCat(selfName(), ": ", work->description(),
+                                            " called after the communicator was shut down"))));
+      return work;
+    }
+    QueuedOp q{nextSeq_++, sig, timeout, std::move(body), work};
+    if (!small || !queue_.empty() || running_ >= cfg_.inflightOps) {
+      queue_.push_back(std::move(q));
+      qcv_.notify_all();  // shutdown() may wait on the same condition
+      return work;
+    }
+    // A small op on an idle group starts here: its first segment only posts
+    // receives and writes small frames without blocking, and it saves the
+    // hand-off to the engine thread.
+    now = std::move(q);
+    beginLocked(now, lock);
   }
-  queue_.push_back(QueuedOp{nextSeq_++, sig, timeout, std::move(body), work});
-  qcv_.notify_all();  // shutdown() may wait on the same condition
+  startOp(now);
   return work;
+}
+
+void Communicator::beginLocked(QueuedOp& q, std::unique_lock<std::mutex>& lock) {
+  ++running_;
+  // Ops begin in sequence order (this runs under qmu_): frames are checked
+  // against the op with their sequence number.
+  if (poisoned()) return;
+  try {
+    matching_->beginOp(q.seq, q.sig);
+  } catch (const Error& e) {
+    lock.unlock();
+    poison(Error(e.kind(), strCat(selfName(), ": ", e.what())));
+    lock.lock();
+  }
 }
 
 void Communicator::engineLoop() {
@@ -497,18 +525,7 @@ void Communicator::engineLoop() {
       if (queue_.empty()) break;  // stopping
       next = std::move(queue_.front());
       queue_.pop_front();
-      ++running_;
-      // Ops begin in sequence order: frames are checked against the op with
-      // their sequence number.
-      if (!poisoned()) {
-        try {
-          matching_->beginOp(next.seq, next.sig);
-        } catch (const Error& e) {
-          lock.unlock();
-          poison(Error(e.kind(), strCat(selfName(), ": ", e.what())));
-          lock.lock();
-        }
-      }
+      beginLocked(next, lock);
     }
     reapOps();
     startOp(next);

@@ -68,10 +68,13 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   // "mccl rank 1/4 in group 'default_pg'"
   std::string selfName() const;
 
-  // Enqueues a collective; returns at once. `timeout` <= 0 means the
-  // group's; it counts from when the op starts. Thread-safe.
+  // Enqueues a collective; returns without waiting for the network.
+  // `timeout` <= 0 means the group's; it counts from when the op starts. A
+  // `small` op on an idle group is started on the calling thread (its first
+  // segment only posts and writes without blocking); others by the engine
+  // thread. Thread-safe.
   std::shared_ptr<Work> submit(const OpSignature& sig, std::chrono::milliseconds timeout,
-                               Body body, std::string description);
+                               Body body, std::string description, bool small = false);
 
   // Point-to-point, zero copy: `data` must stay valid until the Work
   // completes. peer == kAnySource receives from whichever rank sends first.
@@ -140,6 +143,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   void bootstrap();
   void engineLoop();
   void startOp(QueuedOp& task);
+  void beginLocked(QueuedOp& q, std::unique_lock<std::mutex>& lock);
   void reapOps();
   std::vector<std::shared_ptr<OpContext>> activeOps();
   void adopt(Socket sock, int peer, bool accepted);

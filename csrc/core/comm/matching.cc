@@ -3,8 +3,13 @@
 #include <cstring>
 
 #include "util/check.h"
+#include "util/logging.h"
 
 namespace mccl {
+
+namespace {
+constexpr auto kBudgetWait = std::chrono::milliseconds(200);
+}  // namespace
 
 Matching::Matching(Context ctx, size_t budgetBytes) : ctx_(std::move(ctx)), budget_(budgetBytes) {}
 
@@ -88,6 +93,7 @@ void* Matching::incoming(const FrameHeader& h) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     const MsgKey key{static_cast<uint8_t>(h.isP2P() ? 1 : 0), h.seq, h.slot, h.src};
+    bool overBudget = false;
     for (;;) {
       if (poison_) throw *poison_;
       if (!h.isP2P()) checkCollective(h);
@@ -104,7 +110,7 @@ void* Matching::incoming(const FrameHeader& h) {
         }
         break;
       }
-      if (h.length == 0 || unexpectedBytes_ + h.length <= budget_) {
+      if (h.length == 0 || unexpectedBytes_ + h.length <= budget_ || overBudget) {
         Unexpected& u = unexpected_[key];
         if (u.parts.empty() && u.arrival == 0) {
           u.first = h;
@@ -120,7 +126,17 @@ void* Matching::incoming(const FrameHeader& h) {
       }
       // Over budget: stop reading this socket until a receive is posted or
       // buffered data is consumed (TCP back-pressure reaches the sender).
-      budgetCv_.wait(lock);
+      // Bounded, so that a sender that runs far ahead cannot wedge the
+      // connection: past the wait the frame is buffered anyway.
+      if (budgetCv_.wait_for(lock, kBudgetWait) == std::cv_status::timeout) {
+        overBudget = true;
+        uint64_t dropped = 0;
+        if (budgetLog_.allow(&dropped)) {
+          MCCL_LOG(kWarn, ctx_.group, ": rank ", ctx_.rank, " buffers ",
+                   unexpectedBytes_ + h.length, " bytes of messages that arrived before their "
+                   "receives were posted (MCCL_UNEXPECTED_BYTES=", budget_, ")");
+        }
+      }
     }
   }
   finishAll(done);

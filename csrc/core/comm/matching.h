@@ -2,7 +2,13 @@
 //
 // Frames that arrive before their receive is posted are buffered
 // ("unexpected"), up to a byte budget; past it the receive thread waits,
-// which stops reading the socket and lets TCP push back on the sender.
+// which stops reading the socket and lets TCP push back on the sender. The
+// wait is bounded (then the frame is buffered anyway, with a warning), so a
+// sender that runs ahead slows down but can never wedge a connection.
+//
+// Algorithms keep the budget rarely needed by sending to each peer in the
+// order in which that peer posts its receives (or by posting them all up
+// front).
 // Collective frames are checked against the signature of this rank's op with
 // the same sequence number, so ranks that disagree on a collective get an
 // error naming both sides instead of a hang or corrupted memory.
@@ -22,6 +28,7 @@
 
 #include "comm/transfer.h"
 #include "transport/frame.h"
+#include "util/logging.h"
 
 namespace mccl {
 
@@ -104,6 +111,7 @@ class Matching {
   uint64_t nextToStart_ = 0;
   uint64_t arrivals_ = 0;
   size_t unexpectedBytes_ = 0;
+  RateLimiter budgetLog_{1, std::chrono::seconds(60)};
 };
 
 }  // namespace mccl
