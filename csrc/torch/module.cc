@@ -6,6 +6,9 @@
 #include <torch/version.h>
 
 #include "backend.h"
+#include "algo/model.h"
+#include "comm/cost_model.h"
+#include "reduce/reduce.h"
 #include "util/dtype.h"
 #include "util/params.h"
 
@@ -64,5 +67,50 @@ PYBIND11_MODULE(_C, m) {
       },
       "Whether the core supports reduce op `op` (e.g. 'SUM') on dtype `dtype` (e.g. 'float32')");
 
+  m.def(
+      "measure_reduce_ns_per_byte",
+      [](size_t bytes) {
+        py::gil_scoped_release release;
+        return mccl::kernels::measureCombineNsPerByte(mccl::DataType::kFloat32, bytes);
+      },
+      py::arg("bytes") = size_t{16} << 20,
+      "Nanoseconds per byte of the float32 SUM kernel (the cost model's gamma)");
+  m.def(
+      "cost_model",
+      [](py::object pg) {
+        py::dict d;
+        auto backend = pg.cast<c10::intrusive_ptr<ProcessGroupMCCL>>();
+        const mccl::CostModel& m = backend->comm().model();
+        d["alpha_us"] = m.alphaUs;
+        d["overhead_us"] = m.overheadUs;
+        d["beta_ns_per_byte"] = m.betaNsPerByte;
+        d["gamma_ns_per_byte"] = m.gammaNsPerByte;
+        return d;
+      },
+      "The cost model a ProcessGroupMCCL chooses algorithms with (rank 0's)");
+  m.def(
+      "predict_seconds",
+      [](const std::string& op, const std::string& algo, size_t bytes, int n, py::dict model,
+         size_t chunkBytes) {
+        mccl::CostModel cm;
+        cm.alphaUs = model["alpha_us"].cast<double>();
+        cm.overheadUs = model["overhead_us"].cast<double>();
+        cm.betaNsPerByte = model["beta_ns_per_byte"].cast<double>();
+        cm.gammaNsPerByte = model["gamma_ns_per_byte"].cast<double>();
+        for (int k = 0; k < mccl::kNumOpKinds; ++k) {
+          auto kind = static_cast<mccl::OpKind>(k);
+          if (op != mccl::opKindName(kind)) continue;
+          for (int a = 0; a < 8; ++a) {
+            auto al = static_cast<mccl::Algo>(a);
+            if (algo == mccl::algoName(al)) {
+              return mccl::algo::predictSeconds(cm, kind, al, bytes, n, chunkBytes);
+            }
+          }
+        }
+        throw py::value_error("unknown collective or algorithm: " + op + ", " + algo);
+      },
+      py::arg("op"), py::arg("algo"), py::arg("bytes"), py::arg("n"), py::arg("model"),
+      py::arg("chunk_bytes") = size_t{1} << 20,
+      "Seconds the cost model predicts for `algo` running `op` (names as in MCCL_ALGO)");
   m.attr("built_with_torch") = TORCH_VERSION;
 }

@@ -83,7 +83,7 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   size_t bytes = bytesOf(comm, op, o.count, o.dtype);
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkBuf(comm, op, o.buf, bytes);
-  Algo a = algo::choose(comm.config(), OpKind::kAllreduce, bytes);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kAllreduce, bytes);
   auto sig = signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count, a);
   auto body = a == Algo::kRing     ? &algo::allreduceRing
               : a == Algo::kDirect ? &algo::allreduceDirect
@@ -97,7 +97,7 @@ std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {
   size_t bytes = bytesOf(comm, op, o.count, o.dtype);
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.buf, bytes);
-  Algo a = algo::choose(comm.config(), OpKind::kBroadcast, bytes);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kBroadcast, bytes);
   auto sig = signature(OpKind::kBroadcast, o.dtype, ReduceOp::kSum, o.root, o.count, a);
   auto body = a == Algo::kChain ? &algo::broadcastChain : &algo::broadcastBinomial;
   return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
@@ -110,7 +110,7 @@ std::shared_ptr<Work> reduce(Communicator& comm, const ReduceOptions& o) {
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.buf, bytes);
-  Algo a = algo::choose(comm.config(), OpKind::kReduce, bytes);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kReduce, bytes);
   auto sig = signature(OpKind::kReduce, o.dtype, o.op, o.root, o.count, a);
   auto body = a == Algo::kChain ? &algo::reduceChain : &algo::reduceBinomial;
   return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
@@ -122,7 +122,7 @@ std::shared_ptr<Work> allgather(Communicator& comm, const AllgatherOptions& o) {
   size_t bytes = bytesOf(comm, op, o.count, o.dtype);
   checkList(comm, op, "output list", o.out, bytes);
   checkBuf(comm, op, o.in, bytes);
-  Algo a = algo::choose(comm.config(), OpKind::kAllgather, bytes);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kAllgather, bytes);
   auto sig = signature(OpKind::kAllgather, o.dtype, ReduceOp::kSum, -1, o.count, a);
   auto body = a == Algo::kRing ? &algo::allgatherRing : &algo::allgatherDirect;
   return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
@@ -135,7 +135,7 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkList(comm, op, "input list", o.in, bytes);
   checkBuf(comm, op, o.out, bytes);
-  Algo a = algo::choose(comm.config(), OpKind::kReduceScatter, bytes);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kReduceScatter, bytes);
   auto sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count, a);
   auto body = a == Algo::kRing ? &algo::reduceScatterRing : &algo::reduceScatterDirect;
   return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
@@ -148,7 +148,7 @@ std::shared_ptr<Work> gather(Communicator& comm, const GatherOptions& o) {
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.in, bytes);
   if (comm.rank() == o.root) checkList(comm, op, "output list", o.out, bytes);
-  Algo a = algo::choose(comm.config(), OpKind::kGather, bytes);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kGather, bytes);
   auto sig = signature(OpKind::kGather, o.dtype, ReduceOp::kSum, o.root, o.count, a);
   return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::gatherDirect(ctx, o); },
                      sig.describe(), small(comm, bytes));
@@ -160,7 +160,7 @@ std::shared_ptr<Work> scatter(Communicator& comm, const ScatterOptions& o) {
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.out, bytes);
   if (comm.rank() == o.root) checkList(comm, op, "input list", o.in, bytes);
-  Algo a = algo::choose(comm.config(), OpKind::kScatter, bytes);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kScatter, bytes);
   auto sig = signature(OpKind::kScatter, o.dtype, ReduceOp::kSum, o.root, o.count, a);
   return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::scatterDirect(ctx, o); },
                      sig.describe(), small(comm, bytes));
@@ -184,14 +184,14 @@ std::shared_ptr<Work> alltoall(Communicator& comm, const AlltoallOptions& o) {
     usage(comm, op, "this rank sends ", o.inCounts[self], " elements to itself but expects ",
           o.outCounts[self]);
   }
-  Algo a = algo::choose(comm.config(), OpKind::kAlltoall, total * dtypeSize(o.dtype));
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kAlltoall, total * dtypeSize(o.dtype));
   auto sig = signature(OpKind::kAlltoall, o.dtype, ReduceOp::kSum, -1, 0, a);
   return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::alltoallPairwise(ctx, o); },
                      sig.describe(), small(comm, total * dtypeSize(o.dtype)));
 }
 
 std::shared_ptr<Work> barrier(Communicator& comm, Timeout timeout) {
-  Algo a = algo::choose(comm.config(), OpKind::kBarrier, 0);
+  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kBarrier, 0);
   auto sig = signature(OpKind::kBarrier, DataType::kUInt8, ReduceOp::kSum, -1, 0, a);
   return comm.submit(sig, timeout, [](OpContext& ctx) { return algo::barrierDissemination(ctx); },
                      sig.describe(), /*small=*/true);

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "algo/model.h"
 #include "util/check.h"
 
 namespace mccl::algo {
@@ -9,22 +10,20 @@ namespace {
 
 struct Candidate {
   OpKind op;
-  Algo small, large;
-  std::vector<Algo> all;
+  std::vector<Algo> all;  // the first wins ties
 };
 
 const std::vector<Candidate>& table() {
   static const std::vector<Candidate> t = {
-      {OpKind::kAllreduce, Algo::kRecursiveDoubling, Algo::kRing,
-       {Algo::kRing, Algo::kRecursiveDoubling, Algo::kDirect}},
-      {OpKind::kBroadcast, Algo::kBinomial, Algo::kChain, {Algo::kBinomial, Algo::kChain}},
-      {OpKind::kReduce, Algo::kBinomial, Algo::kChain, {Algo::kBinomial, Algo::kChain}},
-      {OpKind::kAllgather, Algo::kDirect, Algo::kRing, {Algo::kRing, Algo::kDirect}},
-      {OpKind::kReduceScatter, Algo::kDirect, Algo::kRing, {Algo::kRing, Algo::kDirect}},
-      {OpKind::kGather, Algo::kDirect, Algo::kDirect, {Algo::kDirect}},
-      {OpKind::kScatter, Algo::kDirect, Algo::kDirect, {Algo::kDirect}},
-      {OpKind::kAlltoall, Algo::kPairwise, Algo::kPairwise, {Algo::kPairwise}},
-      {OpKind::kBarrier, Algo::kDissemination, Algo::kDissemination, {Algo::kDissemination}},
+      {OpKind::kAllreduce, {Algo::kRing, Algo::kRecursiveDoubling, Algo::kDirect}},
+      {OpKind::kBroadcast, {Algo::kBinomial, Algo::kChain}},
+      {OpKind::kReduce, {Algo::kBinomial, Algo::kChain}},
+      {OpKind::kAllgather, {Algo::kRing, Algo::kDirect}},
+      {OpKind::kReduceScatter, {Algo::kRing, Algo::kDirect}},
+      {OpKind::kGather, {Algo::kDirect}},
+      {OpKind::kScatter, {Algo::kDirect}},
+      {OpKind::kAlltoall, {Algo::kPairwise}},
+      {OpKind::kBarrier, {Algo::kDissemination}},
   };
   return t;
 }
@@ -70,11 +69,23 @@ std::string algorithmsFor(OpKind op) {
   return s;
 }
 
-Algo choose(const CommConfig& cfg, OpKind op, size_t bytes) {
+Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes) {
   Algo f = forced(cfg.algo, op);
   if (f != Algo::kNone) return f;
   const Candidate& c = entry(op);
-  return bytes <= cfg.smallBytes ? c.small : c.large;
+  Algo best = Algo::kNone;
+  double bestCost = 0;
+  for (Algo a : c.all) {
+    // Direct exchanges need scratch for every peer's data and converge many
+    // flows on each receiver: they are for small collectives only.
+    if (a == Algo::kDirect && c.all.size() > 1 && bytes > cfg.smallBytes) continue;
+    double cost = predictSeconds(model, op, a, bytes, cfg.size, cfg.chunkBytes);
+    if (best == Algo::kNone || cost < bestCost) {
+      best = a;
+      bestCost = cost;
+    }
+  }
+  return best;
 }
 
 }  // namespace mccl::algo

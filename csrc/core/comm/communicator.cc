@@ -50,21 +50,32 @@ void Communicator::bootstrap() {
   Interface itf = selectInterface(cfg_.socketIfname, cfg_.routeHost);
   identity_.rank = static_cast<uint32_t>(cfg_.rank);
   identity_.size = static_cast<uint32_t>(cfg_.size);
+  // Bootstrap record: group id (8 bytes), job secret (32), then rank 0's
+  // cost model as text, so that every rank chooses algorithms alike.
+  const size_t fixed = 8 + identity_.secret.size();
   std::vector<uint8_t> boot;
   if (cfg_.rank == 0) {
-    boot.resize(8 + identity_.secret.size());
+    boot.resize(fixed);
     secureRandom(boot.data(), boot.size());
+    std::string model = cfg_.model.serialize();
+    boot.insert(boot.end(), model.begin(), model.end());
     std::lock_guard<std::mutex> lock(storeMu_);
     store_->set(kBootstrapKey, boot);
   } else {
     std::lock_guard<std::mutex> lock(storeMu_);
     boot = store_->get(kBootstrapKey, cfg_.timeout);
   }
-  MCCL_USAGE_CHECK(boot.size() == 8 + identity_.secret.size(), selfName(),
+  MCCL_USAGE_CHECK(boot.size() >= fixed, selfName(),
                    ": malformed bootstrap record in the store (", boot.size(),
                    " bytes); is another program using the same store prefix?");
   std::memcpy(&identity_.group, boot.data(), 8);
   std::memcpy(identity_.secret.data(), boot.data() + 8, identity_.secret.size());
+  if (cfg_.rank == 0) {
+    model_ = cfg_.model;
+  } else {
+    model_ = CostModel::parse(std::string(boot.begin() + static_cast<long>(fixed), boot.end()),
+                              "rank 0's cost model");
+  }
 
   listener_ = std::make_unique<Listener>(
       itf.addr, cfg_.portRange, identity_, cfg_.handshakeTimeout,
@@ -267,19 +278,20 @@ void Communicator::adopt(Socket sock, int peer, bool accepted) {
                                            static_cast<uint32_t>(cfg_.frameBytes),
                                            cfg_.inlineBytes,
                                            strCat("connection to ", peerName(peer)));
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> life(qmu_);
+    stopping = stopping_;
+  }
+  if (stopping) {
+    // Too late to serve it: say why before closing, so the peer fails with
+    // the cause instead of "connection closed". (Not under p.mu: closing
+    // joins the connection's threads, which may need it.)
+    lateGoodbye(*conn);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(p.mu);
-    bool stopping;
-    {
-      std::lock_guard<std::mutex> life(qmu_);
-      stopping = stopping_;
-    }
-    if (stopping) {
-      // Too late to serve it: say why before closing, so the peer fails
-      // with the cause instead of "connection closed".
-      lateGoodbye(*conn);
-      return;
-    }
     p.conns.push_back(conn);
     conn->start();
   }

@@ -61,6 +61,8 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   int rank() const { return cfg_.rank; }
   int size() const { return cfg_.size; }
   const CommConfig& config() const { return cfg_; }
+  // The group's cost model: rank 0's, agreed at bootstrap.
+  const CostModel& model() const { return model_; }
   const SockAddr& address() const { return listener_->address(); }
   uint64_t groupId() const { return identity_.group; }
   // "rank 2 (10.0.0.2:41000)"
@@ -159,6 +161,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   const CommConfig cfg_;
   std::shared_ptr<Store> store_;
   Identity identity_;
+  CostModel model_;
   std::string groupLabel_;
   std::unique_ptr<Matching> matching_;
   ScratchPool scratch_;

@@ -19,6 +19,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.unexpectedBytes = static_cast<size_t>(params::unexpectedBytes());
   c.smallBytes = static_cast<size_t>(params::smallBytes());
   c.algo = params::algo();
+  c.model = CostModel::load();
   c.inflightOps = static_cast<int>(params::inflightOps());
   c.handshakeTimeout = std::chrono::milliseconds(params::handshakeTimeoutMs());
   c.validate();

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <string>
 
+#include "comm/cost_model.h"
+
 namespace mccl {
 
 struct CommConfig {
@@ -28,6 +30,9 @@ struct CommConfig {
   size_t unexpectedBytes = 32 << 20;
   size_t smallBytes = 64 << 10;
   std::string algo;
+  // Chooses algorithms. Rank 0's is published to the group at bootstrap, so
+  // on other ranks this is replaced by rank 0's.
+  CostModel model;
   int inflightOps = 2;
   std::chrono::milliseconds handshakeTimeout{10000};
 

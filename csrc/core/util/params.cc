@@ -50,6 +50,15 @@ Int readInt(const char* env, Int def) {
   return parseSize(v, env);
 }
 
+Float readFloat(const char* env, Float def) {
+  const char* v = std::getenv(env);
+  if (v == nullptr || *v == '\0') return def;
+  char* end = nullptr;
+  double d = std::strtod(v, &end);
+  MCCL_USAGE_CHECK(end != v && *end == '\0', env, "=", v, " is not a number");
+  return d;
+}
+
 String readString(const char* env, const char* def) {
   const char* v = std::getenv(env);
   return (v == nullptr || *v == '\0') ? String(def) : String(v);
@@ -60,6 +69,10 @@ struct Reader;
 template <>
 struct Reader<Int> {
   static Int read(const char* env, Int def) { return readInt(env, def); }
+};
+template <>
+struct Reader<Float> {
+  static Float read(const char* env, Float def) { return readFloat(env, def); }
 };
 template <>
 struct Reader<String> {

@@ -11,7 +11,7 @@ namespace mccl {
 
 struct ParamInfo {
   std::string env;           // "MCCL_SOCKET_IFNAME"
-  std::string type;          // "Int" or "String"
+  std::string type;          // "Int", "Float" or "String"
   std::string defaultValue;  // as text, without quotes
   std::string doc;
 };
@@ -21,6 +21,7 @@ const std::vector<ParamInfo>& allParams();
 
 namespace params {
 using Int = int64_t;
+using Float = double;
 using String = std::string;
 #define MCCL_PARAM(id, env, type, def, doc) type id();
 #include "util/params.def"

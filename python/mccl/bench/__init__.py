@@ -4,6 +4,7 @@
     mccl-bench --nproc 4 --ops all_reduce -b 8 -e 64M -f 8 --json r.json --plot r.png
     mccl-bench ddp --nproc 4                            # DDP step time, comm hidden
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
+    mccl-bench --tune --nproc 4                         # measure and cache the cost model
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
 
 Without RANK in the environment it starts --nproc local ranks itself (rank
@@ -45,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--max-iters", type=int, default=2000)
         p.add_argument("--json", help="write results to this JSON file")
         p.add_argument("--plot", help="draw busbw and latency against size to this PNG")
+        p.add_argument("--tune", action="store_true",
+                       help="measure the cost model on these ranks and cache it (see mccl.bench.tune)")
+        p.add_argument("--tune-bytes", type=int, default=16 << 20, help="size of the ring run of --tune")
     d = sub.add_parser("ddp", help="DDP step time: mccl, Gloo, no sync and world size 1")
     _common(d)
     d.add_argument("--steps", type=int, default=30)
@@ -68,7 +72,12 @@ def _worker(args) -> int:
     import mccl  # noqa: F401
 
     torch.set_num_threads(1)
+    tune_file = os.environ.get("MCCL_TUNE_FILE")
+    if getattr(args, "tune", False) and tune_file and not os.path.exists(tune_file):
+        del os.environ["MCCL_TUNE_FILE"]  # --tune creates it; groups start from the defaults
     dist.init_process_group("mccl")
+    if tune_file:
+        os.environ["MCCL_TUNE_FILE"] = tune_file
     try:
         if args.mode == "ddp":
             from . import ddp
@@ -76,6 +85,9 @@ def _worker(args) -> int:
         elif args.mode == "memory":
             from . import memory
             memory.run(args)
+        elif getattr(args, "tune", False):
+            from . import tune
+            tune.run(args)
         else:
             from . import collectives
             records = collectives.run(args)

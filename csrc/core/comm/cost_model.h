@@ -1,0 +1,30 @@
+// The parameters of MCCL's cost model (LogP-style α–β–γ with a per-message
+// CPU overhead), measured by `mccl-bench --tune` and cached in a file.
+//
+// Every rank must choose algorithms alike, so only rank 0's model counts: it
+// travels to the other ranks in the bootstrap record (comm/communicator.cc).
+#pragma once
+
+#include <string>
+
+namespace mccl {
+
+struct CostModel {
+  double alphaUs = 30.0;       // network latency of one message
+  double overheadUs = 10.0;    // CPU time to send or to receive one message
+  double betaNsPerByte = 0.8;  // link transfer time per byte (10 GbE ~ 0.8)
+  double gammaNsPerByte = 0.1; // local reduction time per byte
+  std::string source = "built-in defaults";
+
+  // Defaults, then the tune file (MCCL_TUNE_FILE or ~/.cache/mccl/tune.conf)
+  // when it exists, then MCCL_ALPHA_US & co. when set. Throws a usage error
+  // for a malformed file.
+  static CostModel load();
+  // Parses "key=value" lines (alpha_us, overhead_us, beta_ns_per_byte,
+  // gamma_ns_per_byte); '#' starts a comment.
+  static CostModel parse(const std::string& text, const std::string& source);
+  std::string serialize() const;
+  static std::string defaultPath();
+};
+
+}  // namespace mccl

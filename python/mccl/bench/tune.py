@@ -1,0 +1,125 @@
+"""mccl-bench --tune: measure the cost model's parameters on this group and
+cache them for rank 0 to publish when later groups are created.
+
+  alpha, overhead  from 8-byte all_reduce by recursive doubling (log2 n
+                   rounds of one message each) and by direct exchange (one
+                   round, n-1 messages each way per rank)
+  beta             from a large ring all_reduce, once the per-message and
+                   reduction terms are taken out
+  gamma            from the reduction kernel alone, on this rank
+
+It prints the fitted model and, as a check, predicted against measured
+times of every all_reduce algorithm over a range of sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import mccl
+
+from .common import fmt_size, median
+
+
+def _group_with(algo: str):
+    """A group whose all_reduce uses `algo` (and the built-in model)."""
+    saved = {k: os.environ.pop(k, None) for k in ("MCCL_ALGO", "MCCL_TUNE_FILE")}
+    os.environ["MCCL_ALGO"] = algo
+    os.environ["MCCL_TUNE_FILE"] = os.devnull
+    try:
+        return dist.new_group(backend="mccl")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _time_allreduce(group, nbytes: int, rounds: int = 5, target: float = 0.2) -> float:
+    t = torch.ones(max(1, nbytes // 4))
+    for _ in range(3):
+        dist.all_reduce(t, group=group)
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    dist.all_reduce(t, group=group)
+    one = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    dist.all_reduce(one, op=dist.ReduceOp.MAX, group=group)  # every rank must agree on iters
+    iters = max(3, min(2000, int(target / max(float(one.item()), 1e-6))))
+    samples = []
+    for _ in range(rounds):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t, group=group)
+        v = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX, group=group)
+        samples.append(float(v.item()))
+    return median(samples)
+
+
+def run(args) -> dict:
+    rank, n = dist.get_rank(), dist.get_world_size()
+    if n < 2:
+        raise SystemExit("--tune needs at least 2 ranks")
+    groups = {a: _group_with(f"allreduce={a}") for a in ("recursive_doubling", "direct", "ring")}
+    t_rd = _time_allreduce(groups["recursive_doubling"], 8)
+    t_direct = _time_allreduce(groups["direct"], 8)
+    big = args.tune_bytes
+    t_ring = _time_allreduce(groups["ring"], big)
+    gamma = mccl._C.measure_reduce_ns_per_byte(16 << 20)
+    g = torch.tensor([gamma], dtype=torch.float64)
+    dist.all_reduce(g, op=dist.ReduceOp.MAX)  # the slowest rank's kernel
+    gamma = float(g.item())
+
+    # Solve  rounds*(a + 2o) = t_rd  and  a + 2(n-1)o = t_direct  (microseconds).
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    rounds = (p.bit_length() - 1) + (0 if p == n else 2)
+    per_round = t_rd * 1e6 / rounds
+    if n > 2:
+        o = max(0.5, (t_direct * 1e6 - per_round) / (2 * (n - 1) - 2))
+        a = max(1.0, per_round - 2 * o)
+    else:  # one message either way: split the round time evenly
+        a, o = per_round / 2, per_round / 4
+    steps = 2 * (n - 1)
+    wire = t_ring * 1e9 - steps * (a + 2 * o) * 1e3 - (n - 1) / n * big * gamma
+    beta = max(0.01, wire / (steps / n * big))
+    model = {"alpha_us": round(a, 2), "overhead_us": round(o, 2),
+             "beta_ns_per_byte": round(beta, 4), "gamma_ns_per_byte": round(gamma, 4)}
+
+    if rank == 0:
+        path = os.environ.get("MCCL_TUNE_FILE") or os.path.expanduser("~/.cache/mccl/tune.conf")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(f"# written by mccl-bench --tune on {os.uname().nodename}, "
+                    f"{time.strftime('%Y-%m-%d %H:%M')}, {n} ranks\n")
+            f.write(f"# measured: 8 B all_reduce {t_rd * 1e6:.1f} us (recursive doubling), "
+                    f"{t_direct * 1e6:.1f} us (direct); {fmt_size(big)} ring {t_ring * 1e3:.2f} ms\n")
+            for k, v in model.items():
+                f.write(f"{k}={v}\n")
+        print(f"# cost model for {n} ranks, written to {path}:")
+        for k, v in model.items():
+            print(f"#   {k:<18} {v}")
+    # Check: predicted against measured, per algorithm and size.
+    checks = []
+    sizes = [8, 64 << 10, 1 << 20, big]
+    dist.barrier()
+    for algo, grp in groups.items():
+        for s in sizes:
+            if algo == "direct" and s > (1 << 20):
+                continue
+            t = _time_allreduce(grp, s, rounds=3)
+            checks.append((algo, s, t, mccl._C.predict_seconds("allreduce", algo, s, n, model)))
+    if rank == 0:
+        print(f"{'algorithm':>20} {'size':>10} {'measured(us)':>13} {'predicted(us)':>14}")
+        for algo, s, t, pr in checks:
+            print(f"{algo:>20} {fmt_size(s):>10} {t * 1e6:>13.1f} {pr * 1e6:>14.1f}")
+    for grp in groups.values():
+        dist.destroy_process_group(grp)
+    return model

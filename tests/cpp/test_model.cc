@@ -1,0 +1,76 @@
+// The cost model: file format, choices, and agreement across ranks.
+#include <gtest/gtest.h>
+
+#include "algo/model.h"
+#include "algo/select.h"
+#include "harness.h"
+
+namespace mccl::test {
+namespace {
+
+TEST(CostModel, ParsesAndRejects) {
+  CostModel m = CostModel::parse("# comment\nalpha_us=12.5\noverhead_us = 3\n\nbeta_ns_per_byte=0.8 # 10 GbE\n"
+                                 "gamma_ns_per_byte=0.05\nmeasured_on=ignored\n",
+                                 "test");
+  EXPECT_DOUBLE_EQ(m.alphaUs, 12.5);
+  EXPECT_DOUBLE_EQ(m.overheadUs, 3);
+  EXPECT_DOUBLE_EQ(m.betaNsPerByte, 0.8);
+  EXPECT_DOUBLE_EQ(m.gammaNsPerByte, 0.05);
+  EXPECT_THROW(CostModel::parse("alpha_us\n", "t"), Error);
+  EXPECT_THROW(CostModel::parse("alpha_us=fast\n", "t"), Error);
+  EXPECT_THROW(CostModel::parse("alpha_us=-3\n", "t"), Error);
+  CostModel back = CostModel::parse(m.serialize(), "round trip");
+  EXPECT_DOUBLE_EQ(back.betaNsPerByte, m.betaNsPerByte);
+}
+
+TEST(CostModel, LatencyAlgorithmsForSmallBandwidthForLarge) {
+  CommConfig c;
+  c.size = 8;
+  CostModel m;  // defaults: 10 GbE-like
+  EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, 8), Algo::kRing);
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 64 << 20), Algo::kRing);
+  EXPECT_EQ(algo::choose(c, m, OpKind::kBroadcast, 8), Algo::kBinomial);
+  EXPECT_EQ(algo::choose(c, m, OpKind::kBroadcast, 64 << 20), Algo::kChain);
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllgather, 16 << 20), Algo::kRing);
+  // A slow network per message and a fast one per byte: the ring waits longer.
+  CostModel slowLatency = m;
+  slowLatency.alphaUs = 5000;
+  EXPECT_EQ(algo::choose(c, slowLatency, OpKind::kAllreduce, 1 << 20), Algo::kRecursiveDoubling);
+  // MCCL_ALGO still wins.
+  c.algo = "allreduce=direct";
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 64 << 20), Algo::kDirect);
+  c.algo = "allreduce=tree";
+  EXPECT_THROW(algo::choose(c, m, OpKind::kAllreduce, 8), Error);
+}
+
+TEST(CostModel, PredictionsGrowWithSize) {
+  CostModel m;
+  for (Algo a : {Algo::kRing, Algo::kRecursiveDoubling, Algo::kDirect}) {
+    EXPECT_LT(algo::predictSeconds(m, OpKind::kAllreduce, a, 1 << 10, 5, 1 << 20),
+              algo::predictSeconds(m, OpKind::kAllreduce, a, 1 << 24, 5, 1 << 20));
+  }
+  EXPECT_EQ(algo::predictSeconds(m, OpKind::kAllreduce, Algo::kRing, 1 << 20, 1, 1 << 20), 0.0);
+}
+
+TEST(CostModel, EveryRankUsesRankZerosModel) {
+  // Rank-local models that would pick different algorithms: the group must
+  // still agree (rank 0's model travels in the bootstrap record).
+  std::vector<double> seen(3);
+  runRanks(3, [&](Communicator& comm) {
+    seen[static_cast<size_t>(comm.rank())] = comm.model().alphaUs;
+    std::vector<float> buf(100000, 1.0f);
+    AllreduceOptions o;
+    o.buf = buf.data();
+    o.count = buf.size();
+    allreduce(comm, o)->wait();
+    EXPECT_EQ(buf[0], 3.0f);
+  }, [](CommConfig& c) {
+    c.model.alphaUs = c.rank == 0 ? 1.0 : 1e6;  // 1 us vs 1 s per message
+  });
+  EXPECT_EQ(seen[0], 1.0);
+  EXPECT_EQ(seen[1], 1.0);
+  EXPECT_EQ(seen[2], 1.0);
+}
+
+}  // namespace
+}  // namespace mccl::test

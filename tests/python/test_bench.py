@@ -1,0 +1,59 @@
+"""mccl-bench: every mode runs end to end on a tiny problem and reports
+what it should (figures themselves are for docs/benchmarks.md, not tests)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def bench(*args, env=None, timeout=240):
+    cmd = [sys.executable, "-m", "mccl.bench", *args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **(env or {})}, start_new_session=True)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"mccl-bench {args} did not finish in {timeout} s:\n{e.stdout}\n{e.stderr}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def test_collective_sweep_json_and_table(tmp_path):
+    out = tmp_path / "r.json"
+    ops = "all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all,sendrecv"
+    text = bench("--nproc", "3", "--ops", ops, "-b", "8", "-e", "64K", "-f", "64", "--rounds", "1",
+                 "--target", "0.005", "--json", str(out))
+    for op in ops.split(","):
+        assert f"## {op}" in text, text
+    assert "busbw ratio" in text
+    data = json.loads(out.read_text())
+    assert data["meta"]["world"] == 3
+    rows = data["results"]
+    assert {(r["op"], r["bytes"]) for r in rows} == {(o, s) for o in ops.split(",") for s in (8, 512, 32768)}
+    for r in rows:
+        for b in ("mccl", "gloo"):
+            assert r[b]["time_us"] > 0 and r[b]["busbw_GBps"] >= 0, r
+
+
+def test_memory_mode():
+    text = bench("memory", "--nproc", "2", "--size", "8M")
+    assert "beyond tensor (MiB)" in text and "result correct" in text, text
+
+
+def test_ddp_mode():
+    text = bench("ddp", "--nproc", "2", "--steps", "3", "--warmup", "1", "--width", "64", "--depth", "2",
+                 "--bucket-mb", "0.01")
+    assert "world size 1" in text and "hidden" in text, text
+    assert "mccl" in text and "gloo" in text
+
+
+def test_tune_writes_the_cost_model(tmp_path):
+    path = tmp_path / "tune.conf"
+    text = bench("--tune", "--nproc", "2", "--tune-bytes", str(1 << 20), env={"MCCL_TUNE_FILE": str(path)})
+    conf = path.read_text()
+    for key in ("alpha_us", "overhead_us", "beta_ns_per_byte", "gamma_ns_per_byte"):
+        assert f"{key}=" in conf, conf
+        assert key in text
+    assert "predicted(us)" in text
