@@ -48,7 +48,8 @@ void deliver(Matching& m, const FrameHeader& h, const void* data) {
 }
 
 TEST(Matching, PostedThenArrivesInParts) {
-  Matching m(ctx(), 1 << 20);
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
   m.beginOp(0, sig());
   char out[8] = {0};
   auto r = std::make_shared<RecvRequest>(MsgKey{0, 0, 3, 1}, out, 8, sig());
@@ -61,7 +62,8 @@ TEST(Matching, PostedThenArrivesInParts) {
 }
 
 TEST(Matching, ArrivesBeforePostAndBeforeOpStarts) {
-  Matching m(ctx(), 1 << 20);
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
   deliver(m, frame(0, 1, 2, 0, 4, 4), "WXYZ");  // op 0 not started: buffered
   EXPECT_EQ(m.unexpectedBytes(), 4u);
   m.beginOp(0, sig());
@@ -74,7 +76,8 @@ TEST(Matching, ArrivesBeforePostAndBeforeOpStarts) {
 }
 
 TEST(Matching, SignatureMismatchNamesBothSides) {
-  Matching m(ctx(), 1 << 20);
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
   m.beginOp(0, sig(8));
   try {
     m.incoming(frame(0, 0, 1, 0, 4, 4, sig(9)));
@@ -87,20 +90,22 @@ TEST(Matching, SignatureMismatchNamesBothSides) {
     EXPECT_NE(s.find("element count differs"), std::string::npos) << s;
   }
   // A buffered frame is checked when its op begins.
-  Matching m2(ctx(), 1 << 20);
+  Matching m2(ctx(), 1 << 20, pool);
   deliver(m2, frame(0, 0, 1, 0, 4, 4, sig(9)), "abcd");
   EXPECT_THROW(m2.beginOp(0, sig(8)), Error);
 }
 
 TEST(Matching, FrameForCompletedOpIsAnError) {
-  Matching m(ctx(), 1 << 20);
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
   m.beginOp(0, sig());
   m.endOp(0);
   EXPECT_THROW(m.incoming(frame(0, 0, 1, 0, 4, 4)), Error);
 }
 
 TEST(Matching, BudgetBlocksUntilAReceiveIsPosted) {
-  Matching m(ctx(), 8);
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 8, pool);
   m.beginOp(0, sig());
   deliver(m, frame(0, 0, 1, 0, 8, 8), "12345678");  // fills the budget
   std::atomic<bool> delivered{false};
@@ -119,7 +124,8 @@ TEST(Matching, BudgetBlocksUntilAReceiveIsPosted) {
 }
 
 TEST(Matching, AnySourceTakesEarliestInPairOrder) {
-  Matching m(ctx(), 1 << 20);
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
   OpSignature p2p;
   p2p.op = OpKind::kSendRecv;
   p2p.dtype = DataType::kUInt8;
@@ -142,7 +148,8 @@ TEST(Matching, AnySourceTakesEarliestInPairOrder) {
 }
 
 TEST(Matching, FailAllWaitsForPayloadsInFlight) {
-  Matching m(ctx(), 1 << 20);
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
   m.beginOp(0, sig());
   char out[8];
   auto r = std::make_shared<RecvRequest>(MsgKey{0, 0, 0, 1}, out, 8, sig());

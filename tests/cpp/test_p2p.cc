@@ -10,7 +10,7 @@
 namespace mccl::test {
 namespace {
 
-TEST(P2P, OrderedPerPeerAndTag) {
+void orderedPerPeerAndTag(size_t eagerBytes) {
   for (int n : {2, 3, 5}) {
     runRanks(n, [&](Communicator& comm) {
       const int r = comm.rank();
@@ -36,8 +36,35 @@ TEST(P2P, OrderedPerPeerAndTag) {
           for (int32_t v : in[static_cast<size_t>(p * msgs + m)]) ASSERT_EQ(v, p * 100000 + m) << "from " << p << " message " << m;
         }
       }
-    }, [](CommConfig& c) { c.frameBytes = 4096; c.nsocksPerPeer = 2; });
+    }, [&](CommConfig& c) {
+      c.frameBytes = 4096;
+      c.nsocksPerPeer = 2;
+      c.p2pEagerBytes = eagerBytes;
+    });
   }
+}
+
+TEST(P2P, OrderedPerPeerAndTag) { orderedPerPeerAndTag(128 << 10); }
+// Every message above 64 bytes goes by rendezvous (ready-to-send, then the
+// data after the receiver's clear-to-send), whichever side comes first.
+TEST(P2P, OrderedPerPeerAndTagRendezvous) { orderedPerPeerAndTag(64); }
+
+TEST(P2P, RendezvousAnySourceAndLateReceiver) {
+  runRanks(3, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<int32_t> big(100000);
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // senders announce first
+      for (int k = 0; k < 2; ++k) {
+        auto w = recv(comm, Communicator::kAnySource, 9, big.data(), big.size(), DataType::kInt32);
+        w->wait();
+        for (int32_t v : big) ASSERT_EQ(v, w->sourceRank() * 1000 + 7);
+      }
+    } else {
+      std::fill(big.begin(), big.end(), r * 1000 + 7);
+      send(comm, 0, 9, big.data(), big.size(), DataType::kInt32)->wait();
+    }
+  }, [](CommConfig& c) { c.p2pEagerBytes = 1024; });
 }
 
 TEST(P2P, AnySourceReportsTheSender) {

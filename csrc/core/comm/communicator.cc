@@ -33,9 +33,7 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 }
 
 Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& config)
-    : cfg_(config),
-      store_(std::move(store)),
-      scratch_(64u << 20) {
+    : cfg_(config), store_(std::move(store)), scratch_(64u << 20) {
   groupLabel_ = strCat("group '", cfg_.groupName, "'");
   for (int i = 0; i < cfg_.size; ++i) peers_.push_back(std::make_unique<Peer>());
   Matching::Context mctx;
@@ -43,7 +41,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& confi
   mctx.size = cfg_.size;
   mctx.group = groupLabel_;
   mctx.peerName = [this](int r) { return peerName(r); };
-  matching_ = std::make_unique<Matching>(mctx, cfg_.unexpectedBytes);
+  matching_ = std::make_unique<Matching>(mctx, cfg_.unexpectedBytes, scratch_);
 }
 
 void Communicator::bootstrap() {
@@ -121,6 +119,12 @@ void Communicator::poison(const Error& e) {
   }
   if (e.kind() != ErrorKind::kAborted) MCCL_LOG(kWarn, e.what());
   matching_->failAll(e);
+  std::map<std::tuple<int, uint64_t, uint32_t>, PendingSend> waiting;
+  {
+    std::lock_guard<std::mutex> lock(p2pMu_);
+    waiting.swap(rendezvous_);
+  }
+  for (auto& [key, p] : waiting) p.req->finish(&e);
   // Running ops fail now if they wait, else at their next wait.
   for (auto& op : activeOps()) op->fail(e);
   wdCv_.notify_all();
@@ -443,6 +447,27 @@ void Communicator::control(Connection& c, const FrameHeader& h, const std::strin
                               " failed and aborted the group: ", text)));
     return;
   }
+  if (h.type == FrameType::kRts) {
+    if (matching_->incomingRts(h)) sendCts(c.peer(), h.seq, h.slot);
+    return;
+  }
+  if (h.type == FrameType::kCts) {
+    PendingSend p;
+    {
+      std::lock_guard<std::mutex> lock(p2pMu_);
+      auto it = rendezvous_.find({c.peer(), h.seq, h.slot});
+      if (it == rendezvous_.end()) {
+        if (poisoned()) return;  // the send already failed
+        throwError(ErrorKind::kRemote, selfName(), ": ", peerName(c.peer()),
+                   " sent a clear-to-send for send #", h.seq, " with tag ", h.slot,
+                   ", which this rank never announced");
+      }
+      p = std::move(it->second);
+      rendezvous_.erase(it);
+    }
+    postSend(p.req, p.tmpl, p.data, p.deadline);
+    return;
+  }
   // CLOSE: the peer is done with this group. Answer in kind so its socket
   // sees our EOF promptly, then refuse further sends to it.
   FrameHeader mine;
@@ -652,8 +677,44 @@ std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* dat
   h.count = count;
   Deadline deadline = Deadline::after(cfg_.timeout);
   watch(deadline, req);
-  postSend(req, h, data, deadline);
+  if (bytes <= cfg_.p2pEagerBytes) {
+    postSend(req, h, data, deadline);
+    return work;
+  }
+  // Rendezvous: announce the message; the data follows the receiver's
+  // clear-to-send, straight into its posted buffer.
+  {
+    std::lock_guard<std::mutex> lock(p2pMu_);
+    rendezvous_.insert_or_assign({peer, seq, tag}, PendingSend{req, h, data, deadline});
+  }
+  FrameHeader rts = h;
+  rts.type = FrameType::kRts;
+  rts.msgBytes = bytes;
+  postControl(peer, rts);
   return work;
+}
+
+void Communicator::postControl(int peer, const FrameHeader& h) {
+  try {
+    auto conns = connectionsTo(peer, Deadline::after(cfg_.timeout));
+    SendFrame f;
+    encodeFrame(h, f.header);
+    conns.front()->post(f);
+  } catch (const Error& e) {
+    poison(e);
+  }
+}
+
+void Communicator::sendCts(int peer, uint64_t seq, uint32_t tag) {
+  FrameHeader h;
+  h.type = FrameType::kCts;
+  h.flags = kFlagP2P;
+  h.group = identity_.group;
+  h.seq = seq;
+  h.slot = tag;
+  h.src = identity_.rank;
+  h.op = OpKind::kSendRecv;
+  postControl(peer, h);
 }
 
 std::shared_ptr<Work> Communicator::recv(int peer, uint32_t tag, void* data, size_t bytes,
@@ -672,11 +733,8 @@ std::shared_ptr<Work> Communicator::recv(int peer, uint32_t tag, void* data, siz
       MsgKey{1, 0, tag, static_cast<uint32_t>(peer == kAnySource ? 0 : peer)}, data, bytes, sig);
   req->onDone = [this, work](Transfer& t) { p2pDone(work, t); };
   watch(Deadline::after(cfg_.timeout), req);
-  if (peer == kAnySource) {
-    matching_->postAnySource(req);
-  } else {
-    matching_->post(req);
-  }
+  bool cts = peer == kAnySource ? matching_->postAnySource(req) : matching_->post(req);
+  if (cts) sendCts(static_cast<int>(req->key.src), req->key.seq, req->key.slot);
   return work;
 }
 

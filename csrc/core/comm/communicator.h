@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/config.h"
@@ -154,6 +155,9 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   SockAddr addressOf(int peer, Deadline deadline);
   void stopThreads(bool graceful);
   void watchdogLoop();
+  // Sends a frame without payload (RTS/CTS) to `peer`; failures poison.
+  void postControl(int peer, const FrameHeader& h);
+  void sendCts(int peer, uint64_t seq, uint32_t tag);
   void watch(Deadline deadline, std::weak_ptr<Transfer> t);
   void p2pDone(const std::shared_ptr<Work>& work, Transfer& t);
   std::vector<std::shared_ptr<Connection>> allConnections() const;
@@ -163,8 +167,8 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   Identity identity_;
   CostModel model_;
   std::string groupLabel_;
+  ScratchPool scratch_;  // before matching_: its buffers return here
   std::unique_ptr<Matching> matching_;
-  ScratchPool scratch_;
   std::unique_ptr<Listener> listener_;
   std::vector<std::unique_ptr<Peer>> peers_;
 
@@ -180,9 +184,17 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   std::vector<std::shared_ptr<OpContext>> ops_;
   std::atomic<bool> interrupted_{false};
 
-  // p2p send counters per (peer, tag).
+  // p2p send counters per (peer, tag), and large sends waiting for their
+  // clear-to-send, by (peer, counter, tag).
+  struct PendingSend {
+    std::shared_ptr<SendRequest> req;
+    FrameHeader tmpl;
+    const void* data = nullptr;
+    Deadline deadline = Deadline::never();
+  };
   std::mutex p2pMu_;
   std::map<std::pair<int, uint32_t>, uint64_t> sendCounter_;
+  std::map<std::tuple<int, uint64_t, uint32_t>, PendingSend> rendezvous_;
 
   // Store access is serialised (c10d stores are not all thread-safe).
   std::mutex storeMu_;

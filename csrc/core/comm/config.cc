@@ -17,6 +17,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.frameBytes = static_cast<size_t>(params::frameBytes());
   c.inlineBytes = static_cast<size_t>(params::inlineBytes());
   c.unexpectedBytes = static_cast<size_t>(params::unexpectedBytes());
+  c.p2pEagerBytes = static_cast<size_t>(params::p2pEagerBytes());
   c.smallBytes = static_cast<size_t>(params::smallBytes());
   c.algo = params::algo();
   c.model = CostModel::load();

@@ -11,7 +11,8 @@ namespace {
 constexpr auto kBudgetWait = std::chrono::milliseconds(200);
 }  // namespace
 
-Matching::Matching(Context ctx, size_t budgetBytes) : ctx_(std::move(ctx)), budget_(budgetBytes) {}
+Matching::Matching(Context ctx, size_t budgetBytes, ScratchPool& pool)
+    : ctx_(std::move(ctx)), budget_(budgetBytes), pool_(pool) {}
 
 Matching::~Matching() = default;
 
@@ -117,10 +118,9 @@ void* Matching::incoming(const FrameHeader& h) {
           u.arrival = ++arrivals_;
         }
         if (h.length > 0) {
-          u.parts.push_back({h.offset, h.length, std::unique_ptr<uint8_t[]>(new uint8_t[h.length]),
-                             false});
+          u.parts.push_back({h.offset, h.length, pool_.get(h.length), false});
           unexpectedBytes_ += h.length;
-          dst = u.parts.back().data.get();
+          dst = u.parts.back().data.data();
         }
         break;
       }
@@ -148,7 +148,7 @@ bool Matching::settlePart(const MsgKey& key, void* dst, bool ok, DoneList* done)
   if (u == unexpected_.end()) return false;
   auto& parts = u->second.parts;
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].data.get() != dst) continue;
+    if (parts[i].data.data() != dst) continue;
     const auto req = u->second.bound;
     const bool keep = ok && !poison_;
     if (keep && !req) {
@@ -156,7 +156,7 @@ bool Matching::settlePart(const MsgKey& key, void* dst, bool ok, DoneList* done)
       return true;
     }
     if (keep) {
-      std::memcpy(req->dst + parts[i].offset, parts[i].data.get(), parts[i].length);
+      std::memcpy(req->dst + parts[i].offset, parts[i].data.data(), parts[i].length);
       account(req, parts[i].length, done);
     }
     unexpectedBytes_ -= parts[i].length;
@@ -198,9 +198,13 @@ void Matching::incomingDone(const FrameHeader& h, void* dst, bool ok) {
   finishAll(done);
 }
 
-void Matching::absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, DoneList* done) {
+bool Matching::absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, DoneList* done) {
   const FrameHeader& h = u.first;
   validatePosted(*req, h);
+  if (u.rts) {
+    posted_[req->key] = req;  // the data comes after our clear-to-send
+    return true;
+  }
   size_t got = 0;
   bool pending = false;
   for (auto it = u.parts.begin(); it != u.parts.end();) {
@@ -209,7 +213,7 @@ void Matching::absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, Do
       ++it;
       continue;
     }
-    std::memcpy(req->dst + it->offset, it->data.get(), it->length);
+    std::memcpy(req->dst + it->offset, it->data.data(), it->length);
     got += it->length;
     unexpectedBytes_ -= it->length;
     it = u.parts.erase(it);
@@ -218,10 +222,12 @@ void Matching::absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, Do
   if (pending) u.bound = req;
   posted_[req->key] = req;
   account(req, got, done);
+  return false;
 }
 
-void Matching::post(const std::shared_ptr<RecvRequest>& req) {
+bool Matching::post(const std::shared_ptr<RecvRequest>& req) {
   DoneList done;
+  bool cts = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (poison_) {
@@ -236,16 +242,18 @@ void Matching::post(const std::shared_ptr<RecvRequest>& req) {
         posted_[req->key] = req;
         budgetCv_.notify_all();
       } else {
-        absorb(req, u->second, &done);
+        cts = absorb(req, u->second, &done);
         if (u->second.parts.empty()) unexpected_.erase(u);
       }
     }
   }
   finishAll(done);
+  return cts;
 }
 
-void Matching::postAnySource(const std::shared_ptr<RecvRequest>& req) {
+bool Matching::postAnySource(const std::shared_ptr<RecvRequest>& req) {
   DoneList done;
+  bool cts = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     req->anySource = true;
@@ -266,12 +274,30 @@ void Matching::postAnySource(const std::shared_ptr<RecvRequest>& req) {
         req->key = best->first;
         req->matched = true;
         ++recvCounter_[{req->key.src, req->key.slot}];
-        absorb(req, best->second, &done);
+        cts = absorb(req, best->second, &done);
         if (best->second.parts.empty()) unexpected_.erase(best);
       }
     }
   }
   finishAll(done);
+  return cts;
+}
+
+bool Matching::incomingRts(const FrameHeader& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (poison_) throw *poison_;
+  const MsgKey key{1, h.seq, h.slot, h.src};
+  auto it = posted_.find(key);
+  if (it == posted_.end() && bindAnySource(h)) it = posted_.find(key);
+  if (it != posted_.end()) {
+    validatePosted(*it->second, h);
+    return true;
+  }
+  Unexpected& u = unexpected_[key];
+  u.first = h;
+  u.arrival = ++arrivals_;
+  u.rts = true;
+  return false;
 }
 
 bool Matching::cancel(const std::shared_ptr<RecvRequest>& req) {

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/scratch.h"
 #include "comm/transfer.h"
 #include "transport/frame.h"
 #include "util/logging.h"
@@ -41,7 +42,8 @@ class Matching {
     std::function<std::string(int)> peerName;  // "rank 2 (10.0.0.2:41000)"
   };
 
-  Matching(Context ctx, size_t budgetBytes);
+  // Buffers for early frames come from `pool`.
+  Matching(Context ctx, size_t budgetBytes, ScratchPool& pool);
   ~Matching();
 
   // Receive thread: where the payload of `h` goes (null if h.length == 0).
@@ -57,10 +59,15 @@ class Matching {
   void endOp(uint64_t seq);
 
   // Posts a receive from a specific rank. For p2p receives key.seq is
-  // assigned here from the per-(source, tag) counter.
-  void post(const std::shared_ptr<RecvRequest>& req);
-  // Posts a p2p receive from any rank with tag req->key.slot.
-  void postAnySource(const std::shared_ptr<RecvRequest>& req);
+  // assigned here from the per-(source, tag) counter. Returns true when the
+  // sender is waiting for a clear-to-send (it announced the message with a
+  // ready-to-send frame): the caller must send it.
+  bool post(const std::shared_ptr<RecvRequest>& req);
+  // Posts a p2p receive from any rank with tag req->key.slot (same return).
+  bool postAnySource(const std::shared_ptr<RecvRequest>& req);
+  // Receive thread: a p2p ready-to-send. Returns true if its receive is
+  // posted (send the clear-to-send now); else remembers it for post().
+  bool incomingRts(const FrameHeader& h);
   // Withdraws a receive that has not matched yet (returns false if it has).
   bool cancel(const std::shared_ptr<RecvRequest>& req);
 
@@ -76,7 +83,7 @@ class Matching {
   struct Part {
     uint64_t offset;
     uint32_t length;
-    std::unique_ptr<uint8_t[]> data;
+    Scratch data;  // from the communicator's pool: no page faults per frame
     bool complete;
   };
   struct Unexpected {
@@ -84,6 +91,7 @@ class Matching {
     uint64_t arrival = 0;
     std::vector<Part> parts;
     std::shared_ptr<RecvRequest> bound;  // posted while a part was in flight
+    bool rts = false;  // a ready-to-send announcement, no data yet
   };
   using DoneList = std::vector<std::pair<std::shared_ptr<RecvRequest>, std::unique_ptr<Error>>>;
 
@@ -91,13 +99,15 @@ class Matching {
   std::string mismatchText(uint64_t seq, const OpSignature& mine, const FrameHeader& theirs) const;
   void validatePosted(const RecvRequest& req, const FrameHeader& h) const;
   bool bindAnySource(const FrameHeader& h);
-  void absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, DoneList* done);
+  // Returns true if `u` was a ready-to-send (a clear-to-send is due).
+  bool absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, DoneList* done);
   bool settlePart(const MsgKey& key, void* dst, bool ok, DoneList* done);
   void account(const std::shared_ptr<RecvRequest>& req, size_t bytes, DoneList* done);
   static void finishAll(DoneList& done);
 
   const Context ctx_;
   const size_t budget_;
+  ScratchPool& pool_;
   mutable std::mutex mu_;
   std::condition_variable budgetCv_;
   std::unique_ptr<Error> poison_;

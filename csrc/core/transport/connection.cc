@@ -238,7 +238,12 @@ void Connection::fill(size_t need) {
     rstart_ = 0;
   }
   while (rend_ < need) {
-    size_t n = sock_.recvSome(rbuf_.data() + rend_, rbuf_.size() - rend_);
+    // Read greedily to batch small frames, but right after a large payload
+    // read just what is needed: the next frame is likely large too, and bytes
+    // pulled into this buffer must be copied out again.
+    size_t room = rbuf_.size() - rend_;
+    if (afterLarge_) room = std::min(room, need - rend_);
+    size_t n = sock_.recvSome(rbuf_.data() + rend_, room);
     if (n == 0) {
       if (rend_ == 0) throw std::out_of_range("eof");  // clean EOF at a frame boundary
       throwError(ErrorKind::kRemote, "connection closed in the middle of a frame (",
@@ -298,6 +303,7 @@ bool Connection::readFrame() {
       left -= buffered;
       dst += buffered;
     }
+    afterLarge_ = left >= kDirectReadMin;
     if (left >= kDirectReadMin) {
       if (!sock_.recvAll(dst, left)) {
         throwError(ErrorKind::kRemote, "connection closed in the middle of a frame payload");

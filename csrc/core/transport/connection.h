@@ -125,6 +125,7 @@ class Connection {
   // Receive side (receive thread only).
   std::vector<uint8_t> rbuf_;
   bool protocolFault_ = false;
+  bool afterLarge_ = false;  // the last payload was read straight into place
   size_t rstart_ = 0, rend_ = 0;
 
   // Send side.

@@ -26,6 +26,8 @@ const char* opKindName(OpKind op) {
 
 std::string FrameHeader::describe() const {
   if (type == FrameType::kClose) return strCat("close from rank ", src);
+  if (type == FrameType::kRts) return strCat("ready-to-send #", seq, " tag ", slot, " (", msgBytes, " bytes) from rank ", src);
+  if (type == FrameType::kCts) return strCat("clear-to-send #", seq, " tag ", slot, " from rank ", src);
   if (type == FrameType::kAbort) return strCat("abort from rank ", src);
   if (isP2P()) {
     return strCat("send #", seq, " tag ", slot, " [offset ", offset, ", ", length,
@@ -68,7 +70,7 @@ bool decodeFrame(const uint8_t* in, uint32_t maxPayload, FrameHeader* h, std::st
     return false;
   }
   const uint8_t type = in[6];
-  if (type < 1 || type > 3) {
+  if (type < 1 || type > 5) {
     *why = strCat("unknown frame type ", int{type});
     return false;
   }
@@ -109,6 +111,13 @@ bool decodeFrame(const uint8_t* in, uint32_t maxPayload, FrameHeader* h, std::st
     return false;
   }
   switch (h->type) {
+    case FrameType::kRts:
+    case FrameType::kCts:
+      if (h->length != 0 || !h->isP2P()) {
+        *why = strCat("rendezvous frame with ", h->length, " payload bytes or without the p2p flag");
+        return false;
+      }
+      return true;
     case FrameType::kClose:
       if (h->length != 0) {
         *why = strCat("close frame with ", h->length, " payload bytes");

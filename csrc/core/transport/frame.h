@@ -5,7 +5,7 @@
 //   off size field      meaning
 //   0   4    magic      kFrameMagic
 //   4   2    version    kProtocolVersion
-//   6   1    type       FrameType
+//   6   1    type       FrameType (DATA, CLOSE, ABORT, RTS, CTS)
 //   7   1    flags      kFlagP2P: seq/slot are a p2p counter and user tag
 //   8   8    group      communicator id (random, agreed through the store)
 //   16  8    seq        collective sequence number, or p2p counter
@@ -47,6 +47,8 @@ enum class FrameType : uint8_t {
   kData = 1,   // payload is part of a message
   kClose = 2,  // the sender is shutting down cleanly; no payload
   kAbort = 3,  // the sender's communicator failed; payload is the reason
+  kRts = 4,    // p2p rendezvous: a large message is ready to send; no payload
+  kCts = 5,    // p2p rendezvous: its receive is posted, send it; no payload
 };
 
 constexpr uint8_t kFlagP2P = 0x01;
