@@ -34,7 +34,11 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "num_connections",
           [](ProcessGroupMCCL& pg) { return pg.comm().numConnections(); },
-          "open TCP connections of this group (diagnostics)");
+          "open TCP connections of this group (diagnostics)")
+      .def_property_readonly(
+          "rejected_connections",
+          [](ProcessGroupMCCL& pg) { return pg.comm().rejectedConnections(); },
+          "connections closed for failing the handshake (strangers; diagnostics)");
 
   m.def(
       "params",

@@ -77,13 +77,17 @@ def run(
     env: dict[str, str] | None = None,
     stream_rank: int | None = None,
     master_port: int | None = None,
+    expect_exit: dict[int, int] | None = None,
 ) -> list[RankResult]:
     """Runs ``argv`` (a command) as ``nproc`` ranks; returns their results.
 
     Output of every rank is captured (and returned); ``stream_rank``'s output
     is also passed through live. Raises LaunchError on the first failure or
-    at the deadline, after killing the remaining ranks.
+    at the deadline, after killing the remaining ranks. ``expect_exit`` maps
+    ranks to the exit code they are meant to end with (a fault-injection test
+    kills a rank on purpose: -9 for SIGKILL); those exits are not failures.
     """
+    expected = dict(expect_exit or {})
     port = master_port or free_port()
     procs: list[subprocess.Popen] = []
     logs = []
@@ -120,8 +124,8 @@ def run(
     try:
         while True:
             codes = [p.poll() for p in procs]
-            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed or all(c == 0 for c in codes):
+            failed = [r for r, c in enumerate(codes) if c not in (None, expected.get(r, 0))]
+            if failed or all(c == expected.get(r, 0) for r, c in enumerate(codes)):
                 break
             if time.monotonic() > deadline:
                 _kill(procs)

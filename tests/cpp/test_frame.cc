@@ -70,7 +70,7 @@ TEST(Frame, RejectsEveryBadField) {
   fresh(sample()); buf[64] = 200; expectRejected(buf, "op kind");
   fresh(sample()); buf[65] = 99; expectRejected(buf, "dtype");
   fresh(sample()); buf[66] = 99; expectRejected(buf, "reduce op");
-  fresh(sample()); buf[70] = 1; expectRejected(buf, "reserved");
+  fresh(sample()); buf[70] = 1; expectRejected(buf, "checksum field is set without the checksum flag");
   FrameHeader big = sample();
   big.length = 2 << 20;
   big.msgBytes = 4 << 20;

@@ -119,9 +119,13 @@ TEST(Handshake, GarbageFailsFast) {
 
 TEST(Listener, StrangersAreClosedAndPeersAccepted) {
   Identity acc = ident(0), con = ident(1);
+  con.listenPort = 4321;  // announced in the handshake, named in errors
   std::atomic<int> accepted{0};
   Listener l(SockAddr::parse("127.0.0.1:0"), "", acc, std::chrono::milliseconds(500),
-             [&](Socket, uint32_t peer) { accepted += peer == 1 ? 1 : 100; }, "test: ");
+             [&](Socket, uint32_t peer, uint16_t port) {
+               accepted += peer == 1 && port == 4321 ? 1 : 100;
+             },
+             "test: ");
   // A stranger that sends garbage, one that sends nothing, one that closes at once.
   Socket garbage = Socket::connect(l.address(), Deadline::after(std::chrono::seconds(2)), "t");
   garbage.sendAll("hello there, this is not MCCL", 29);
@@ -141,14 +145,14 @@ TEST(Listener, StrangersAreClosedAndPeersAccepted) {
 TEST(Listener, PortRange) {
   Identity acc = ident(0);
   Listener l1(SockAddr::parse("127.0.0.1:0"), "47211-47215", acc, std::chrono::milliseconds(500),
-              [](Socket, uint32_t) {}, "");
+              [](Socket, uint32_t, uint16_t) {}, "");
   Listener l2(SockAddr::parse("127.0.0.1:0"), "47211-47215", acc, std::chrono::milliseconds(500),
-              [](Socket, uint32_t) {}, "");
+              [](Socket, uint32_t, uint16_t) {}, "");
   EXPECT_GE(l1.address().port(), 47211);
   EXPECT_LE(l2.address().port(), 47215);
   EXPECT_NE(l1.address().port(), l2.address().port());
   EXPECT_THROW(Listener(SockAddr::parse("127.0.0.1:0"), "5-3", acc, std::chrono::milliseconds(1),
-                        [](Socket, uint32_t) {}, ""),
+                        [](Socket, uint32_t, uint16_t) {}, ""),
                Error);
 }
 

@@ -14,7 +14,8 @@ def test_collectives_match_reference_and_gloo(world):
 @pytest.mark.parametrize("world", [3])
 def test_collectives_with_pipelined_striped_transport(world):
     # Tiny chunks and frames over 3 sockets per peer, with a tight unexpected
-    # budget: the same results through many-chunk pipelines.
-    env = {"MCCL_CHUNK_BYTES": "4096", "MCCL_FRAME_BYTES": "4096", "MCCL_NSOCKS_PER_PEER": "3",
+    # budget, every frame checksummed: the same results through many-chunk
+    # pipelines.
+    env = {"MCCL_CHECKSUM": "1", "MCCL_CHUNK_BYTES": "4096", "MCCL_FRAME_BYTES": "4096", "MCCL_NSOCKS_PER_PEER": "3",
            "MCCL_UNEXPECTED_BYTES": "16384", "MCCL_SMALL_BYTES": "0"}
     run_workers("collectives.py", world, env=env, timeout=420)

@@ -77,8 +77,11 @@ void Communicator::bootstrap() {
 
   listener_ = std::make_unique<Listener>(
       itf.addr, cfg_.portRange, identity_, cfg_.handshakeTimeout,
-      [this](Socket sock, uint32_t peer) { adopt(std::move(sock), static_cast<int>(peer), true); },
+      [this](Socket sock, uint32_t peer, uint16_t port) {
+        adopt(std::move(sock), static_cast<int>(peer), true, port);
+      },
       selfName() + ": ");
+  identity_.listenPort = static_cast<uint16_t>(listener_->address().port());
   {
     std::lock_guard<std::mutex> lock(storeMu_);
     store_->set(addrKey(cfg_.rank), toBytes(listener_->address().toString()));
@@ -153,6 +156,10 @@ size_t Communicator::numConnections() const {
   size_t n = 0;
   for (auto& c : allConnections()) n += c->ended() ? 0 : 1;
   return n;
+}
+
+size_t Communicator::rejectedConnections() const {
+  return listener_ ? listener_->rejected() : 0;
 }
 
 void Communicator::interruptConnections() {
@@ -270,18 +277,23 @@ SockAddr Communicator::addressOf(int peer, Deadline deadline) {
   return a;
 }
 
-void Communicator::adopt(Socket sock, int peer, bool accepted) {
+void Communicator::adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort) {
   Peer& p = *peers_[static_cast<size_t>(peer)];
   sock.setNoDelay();
   sock.setBufferSizes(cfg_.socketBuffer);
   if (accepted) {
     std::lock_guard<std::mutex> lock(p.mu);
-    if (p.hostHint.empty()) p.hostHint = sock.peerAddr().host();
+    if (p.hostHint.empty()) {
+      SockAddr where = sock.peerAddr();
+      if (peerListenPort != 0) where.setPort(peerListenPort);
+      p.hostHint = peerListenPort != 0 ? where.toString() : where.host();
+    }
   }
   auto conn = std::make_shared<Connection>(std::move(sock), peer, *this,
                                            static_cast<uint32_t>(cfg_.frameBytes),
                                            cfg_.inlineBytes,
                                            strCat("connection to ", peerName(peer)));
+  conn->setChecksum(cfg_.checksum);
   bool stopping;
   {
     std::lock_guard<std::mutex> life(qmu_);

@@ -122,6 +122,8 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
 
   // Diagnostics for tests: open connections and unexpected bytes buffered.
   size_t numConnections() const;
+  // Connections the listener closed for failing the handshake (diagnostics).
+  size_t rejectedConnections() const;
 
  private:
   struct Peer {
@@ -149,7 +151,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   void beginLocked(QueuedOp& q, std::unique_lock<std::mutex>& lock);
   void reapOps();
   std::vector<std::shared_ptr<OpContext>> activeOps();
-  void adopt(Socket sock, int peer, bool accepted);
+  void adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort = 0);
   void lateGoodbye(Connection& conn);
   std::vector<std::shared_ptr<Connection>> connectionsTo(int peer, Deadline deadline);
   SockAddr addressOf(int peer, Deadline deadline);

@@ -20,6 +20,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.p2pEagerBytes = static_cast<size_t>(params::p2pEagerBytes());
   c.smallBytes = static_cast<size_t>(params::smallBytes());
   c.algo = params::algo();
+  c.checksum = params::checksum() != 0;
   c.model = CostModel::load();
   c.inflightOps = static_cast<int>(params::inflightOps());
   c.handshakeTimeout = std::chrono::milliseconds(params::handshakeTimeoutMs());

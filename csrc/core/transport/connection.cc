@@ -3,9 +3,12 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <cstdio>
 #include <cstring>
 
+#include "util/bytes.h"
 #include "util/check.h"
+#include "util/crc32c.h"
 #include "util/logging.h"
 
 namespace mccl {
@@ -14,6 +17,12 @@ namespace {
 constexpr size_t kReadBuffer = 256 * 1024;
 constexpr size_t kDirectReadMin = 64 * 1024;  // larger remainders skip the buffer
 constexpr int kMaxBatch = 64;
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
 
 }  // namespace
 
@@ -36,6 +45,10 @@ void Connection::start() {
 }
 
 void Connection::post(SendFrame frame) {
+  if (checksum_ && frame.length > 0) {
+    frame.header[kFlagsOffset] |= kFlagChecksum;
+    putLE<uint32_t>(frame.header + kChecksumOffset, crc32c(frame.payload, frame.length));
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (error_ || stopping_ || closeQueued_) {
     Error e = error_ ? *error_
@@ -229,7 +242,7 @@ void Connection::sendLoop() {
   sendDone_.store(true);
 }
 
-void Connection::fill(size_t need) {
+void Connection::fill(size_t need, bool atFrameStart) {
   // Ensure `need` contiguous bytes are buffered at rstart_.
   if (rend_ - rstart_ >= need) return;
   if (rstart_ > 0) {
@@ -245,7 +258,7 @@ void Connection::fill(size_t need) {
     if (afterLarge_) room = std::min(room, need - rend_);
     size_t n = sock_.recvSome(rbuf_.data() + rend_, room);
     if (n == 0) {
-      if (rend_ == 0) throw std::out_of_range("eof");  // clean EOF at a frame boundary
+      if (atFrameStart && rend_ == 0) throw std::out_of_range("eof");  // clean EOF
       throwError(ErrorKind::kRemote, "connection closed in the middle of a frame (",
                  rend_, " of ", need, " bytes)");
     }
@@ -265,7 +278,7 @@ void Connection::sinkCall(F&& f) {
 
 bool Connection::readFrame() {
   try {
-    fill(kFrameHeaderBytes);
+    fill(kFrameHeaderBytes, /*atFrameStart=*/true);
   } catch (const std::out_of_range&) {
     return false;
   }
@@ -316,6 +329,16 @@ bool Connection::readFrame() {
   } catch (...) {
     sink_.payloadAborted(*this, h, base);
     throw;
+  }
+  if (h.hasChecksum()) {
+    uint32_t got = crc32c(base, h.length);
+    if (got != h.checksum) {
+      sink_.payloadAborted(*this, h, base);
+      protocolFault_ = true;  // keep the socket: the ABORT that follows names the cause
+      throwError(ErrorKind::kRemote, name_, ": CRC32C mismatch in ", h.describe(), ": computed ",
+                 hex32(got), ", the sender's was ", hex32(h.checksum),
+                 "; the payload was corrupted between the two hosts (MCCL_CHECKSUM=1)");
+    }
   }
   sinkCall([&] { sink_.payloadDone(*this, h, base); });
   return true;

@@ -74,6 +74,10 @@ class Connection {
              std::string name);
   ~Connection();
 
+  // With checksums on, DATA frames posted here carry their payload's CRC32C
+  // (computed by the posting thread). Frames that arrive with a checksum are
+  // always verified. Set before start().
+  void setChecksum(bool on) { checksum_ = on; }
   void start();
   int peer() const { return peer_; }
   const SockAddr& peerAddr() const { return peerAddr_; }
@@ -110,7 +114,9 @@ class Connection {
   bool readFrame();  // false on clean EOF
   template <typename F>
   void sinkCall(F&& f);  // marks exceptions from the sink as protocol faults
-  void fill(size_t need);
+  // Buffers `need` bytes. EOF throws std::out_of_range only when nothing of
+  // a frame has been read yet (`atFrameStart`); elsewhere it is an error.
+  void fill(size_t need, bool atFrameStart = false);
   void fail(const Error& e);
   void reportEnd(const Error* err);
 
@@ -121,6 +127,7 @@ class Connection {
   const uint32_t maxPayload_;
   const size_t inlineBytes_;
   const std::string name_;
+  bool checksum_ = false;
 
   // Receive side (receive thread only).
   std::vector<uint8_t> rbuf_;

@@ -55,7 +55,7 @@ void encodeFrame(const FrameHeader& h, uint8_t* out) {
   out[65] = static_cast<uint8_t>(h.dtype);
   out[66] = static_cast<uint8_t>(h.redop);
   out[67] = h.algo;
-  putLE<uint32_t>(out + 68, 0);
+  putLE<uint32_t>(out + kChecksumOffset, h.hasChecksum() ? h.checksum : 0);
 }
 
 bool decodeFrame(const uint8_t* in, uint32_t maxPayload, FrameHeader* h, std::string* why) {
@@ -106,8 +106,9 @@ bool decodeFrame(const uint8_t* in, uint32_t maxPayload, FrameHeader* h, std::st
   h->op = static_cast<OpKind>(op);
   h->dtype = static_cast<DataType>(dtype);
   h->redop = static_cast<ReduceOp>(redop);
-  if (getLE<uint32_t>(in + 68) != 0) {
-    *why = "reserved field is not zero";
+  h->checksum = getLE<uint32_t>(in + kChecksumOffset);
+  if (!h->hasChecksum() && h->checksum != 0) {
+    *why = "checksum field is set without the checksum flag";
     return false;
   }
   switch (h->type) {

@@ -6,7 +6,8 @@
 //   0   4    magic      kFrameMagic
 //   4   2    version    kProtocolVersion
 //   6   1    type       FrameType (DATA, CLOSE, ABORT, RTS, CTS)
-//   7   1    flags      kFlagP2P: seq/slot are a p2p counter and user tag
+//   7   1    flags      kFlagP2P: seq/slot are a p2p counter and user tag;
+//                       kFlagChecksum: `checksum` holds the payload's CRC32C
 //   8   8    group      communicator id (random, agreed through the store)
 //   16  8    seq        collective sequence number, or p2p counter
 //   24  8    offset     byte offset of this payload within its message
@@ -20,7 +21,7 @@
 //   65  1    dtype      DataType
 //   66  1    redop      ReduceOp
 //   67  1    algo       algorithm id chosen by the sender
-//   68  4    reserved   zero
+//   68  4    checksum   CRC32C of the payload (MCCL_CHECKSUM=1), else zero
 //
 // All integers are little-endian. decodeFrame() checks every field before the
 // receiver allocates or writes anything, so a malformed or hostile header is
@@ -52,7 +53,11 @@ enum class FrameType : uint8_t {
 };
 
 constexpr uint8_t kFlagP2P = 0x01;
-constexpr uint8_t kKnownFlags = kFlagP2P;
+constexpr uint8_t kFlagChecksum = 0x02;
+// Byte offsets the sender patches after encoding (see Connection::post).
+constexpr size_t kFlagsOffset = 7;
+constexpr size_t kChecksumOffset = 68;
+constexpr uint8_t kKnownFlags = kFlagP2P | kFlagChecksum;
 
 // Values travel in frames: append only.
 enum class OpKind : uint8_t {
@@ -87,8 +92,10 @@ struct FrameHeader {
   DataType dtype = DataType::kUInt8;
   ReduceOp redop = ReduceOp::kSum;
   uint8_t algo = 0;
+  uint32_t checksum = 0;  // valid when flags has kFlagChecksum
 
   bool isP2P() const { return (flags & kFlagP2P) != 0; }
+  bool hasChecksum() const { return (flags & kFlagChecksum) != 0; }
   // "allreduce #12 slot 3 [offset 0, 4096 of 8192 bytes] from rank 1"
   std::string describe() const;
 };

@@ -66,6 +66,7 @@ void handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
   putLE<uint32_t>(helloC + 16, self.rank);
   putLE<uint32_t>(helloC + 20, peerRank);
   putLE<uint32_t>(helloC + 24, self.size);
+  putLE<uint16_t>(helloC + 28, self.listenPort);
   uint8_t* nonceC = helloC + 32;
   secureRandom(nonceC, 16);
   Digest m = mac(self.secret, 'C', nonceA, nonceC, self.group, self.rank, peerRank, self.size);
@@ -144,6 +145,7 @@ void AcceptorHandshake::verifyHelloC() {
     return fail("wrong proof of the job secret");
   }
   peerRank_ = src;
+  peerListenPort_ = getLE<uint16_t>(in_ + 28);
   Digest reply = mac(self_.secret, 'A', nonceC, nonceA_, group, src, dst, size);
   putPreamble(out_, kKindAck);
   std::memcpy(out_ + 8, reply.data(), reply.size());

@@ -3,7 +3,8 @@
 //
 //   acceptor  -> connector  HelloA   magic, version, nonceA
 //   connector -> acceptor   HelloC   magic, version, group, src, dst, size,
-//                                    nonceC, HMAC(secret, "C"|nonceA|nonceC|ids)
+//                                    listen port, nonceC,
+//                                    HMAC(secret, "C"|nonceA|nonceC|ids)
 //   acceptor  -> connector  Ack      magic, version, HMAC(secret, "A"|nonceC|nonceA|ids)
 //
 // The acceptor closes the socket, without a reply, on anything unexpected,
@@ -26,6 +27,7 @@ struct Identity {
   uint64_t group = 0;
   uint32_t rank = 0;
   uint32_t size = 0;
+  uint16_t listenPort = 0;  // where this rank accepts connections (for error messages)
   Secret secret{};
 };
 
@@ -51,6 +53,8 @@ class AcceptorHandshake {
 
   State state() const { return state_; }
   uint32_t peerRank() const { return peerRank_; }
+  // The connector's own listening port, as it announced it (0 if unknown).
+  uint16_t peerListenPort() const { return peerListenPort_; }
   const std::string& failure() const { return failure_; }
 
  private:
@@ -65,6 +69,7 @@ class AcceptorHandshake {
   uint8_t in_[kHelloCBytes];
   size_t inLen_ = 0;
   uint32_t peerRank_ = 0;
+  uint16_t peerListenPort_ = 0;
   std::string failure_;
 };
 

@@ -21,7 +21,7 @@ namespace mccl {
 
 class Listener {
  public:
-  using OnPeer = std::function<void(Socket sock, uint32_t peerRank)>;
+  using OnPeer = std::function<void(Socket sock, uint32_t peerRank, uint16_t peerListenPort)>;
 
   // Binds on `addr`'s host: an ephemeral port, or the first free port of
   // portRange ("LOW-HIGH"). Throws kUsage/kSystem if nothing can be bound.

@@ -1,0 +1,249 @@
+// In-process fault injection at the transport layer: a Connection reads
+// from a fake peer (a raw loopback socket this test writes bytes into) that
+// sends malformed headers, absurd lengths, corrupted payloads, or closes in
+// the middle of a frame. Every case must end the connection once, with an
+// error that names the link, before any payload memory is asked for when
+// the header is bad.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "transport/connection.h"
+#include "transport/frame.h"
+#include "util/bytes.h"
+#include "util/crc32c.h"
+
+namespace mccl {
+namespace {
+
+using namespace std::chrono_literals;
+
+class RecordingSink : public FrameSink {
+ public:
+  void* payloadDest(Connection&, const FrameHeader& h) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ++dests;
+    buffers.emplace_back(h.length);
+    return h.length ? buffers.back().data() : nullptr;
+  }
+  void payloadDone(Connection&, const FrameHeader& h, void* dst) override {
+    std::lock_guard<std::mutex> lock(mu);
+    auto* p = static_cast<uint8_t*>(dst);
+    done.emplace_back(p, p + h.length);
+    headers.push_back(h);
+    cv.notify_all();
+  }
+  void payloadAborted(Connection&, const FrameHeader&, void*) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ++aborted;
+  }
+  void control(Connection&, const FrameHeader&, const std::string&) override {}
+  void connectionEnded(Connection&, const Error* err) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ++ends;
+    error = err ? err->what() : "";
+    cv.notify_all();
+  }
+  // Waits for the end of the connection; returns its error text.
+  std::string waitEnd() {
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, 5s, [&] { return ends > 0; })) << "the connection did not end";
+    return error;
+  }
+  bool waitFrames(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, 5s, [&] { return done.size() >= n; });
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<uint8_t>> buffers, done;
+  std::vector<FrameHeader> headers;
+  int dests = 0, aborted = 0, ends = 0;
+  std::string error;
+};
+
+// A connected pair of loopback TCP sockets.
+std::pair<Socket, Socket> socketPair() {
+  Socket listener;
+  EXPECT_TRUE(Socket::tryListen(SockAddr::parse("127.0.0.1:0"), 4, &listener));
+  Socket a = Socket::connect(listener.localAddr(), Deadline::after(2s), "test");
+  int fd = ::accept(listener.fd(), nullptr, nullptr);
+  EXPECT_GE(fd, 0);
+  return {std::move(a), Socket(fd)};
+}
+
+FrameHeader dataHeader(uint32_t length) {
+  FrameHeader h;
+  h.type = FrameType::kData;
+  h.group = 77;
+  h.seq = 5;
+  h.msgBytes = length;
+  h.count = length / 4;
+  h.length = length;
+  h.src = 1;
+  h.op = OpKind::kAllreduce;
+  h.dtype = DataType::kFloat32;
+  return h;
+}
+
+std::vector<uint8_t> encoded(const FrameHeader& h) {
+  std::vector<uint8_t> out(kFrameHeaderBytes);
+  encodeFrame(h, out.data());
+  return out;
+}
+
+// A Connection to "rank 1" reading from the fake peer's socket.
+struct Rig {
+  RecordingSink sink;
+  Socket fake;
+  std::unique_ptr<Connection> conn;
+
+  Rig() {
+    auto [mine, theirs] = socketPair();
+    fake = std::move(theirs);
+    conn = std::make_unique<Connection>(std::move(mine), 1, sink, 1u << 20, 0,
+                                        "connection to rank 1 (fake)");
+    conn->start();
+  }
+  ~Rig() { conn->close(); }
+  void send(const std::vector<uint8_t>& bytes) { fake.sendAll(bytes.data(), bytes.size()); }
+};
+
+TEST(FakePeer, MalformedHeaderEndsTheLinkBeforeAnyAllocation) {
+  Rig rig;
+  auto bytes = encoded(dataHeader(64));
+  bytes[0] ^= 0xFF;  // bad magic
+  rig.send(bytes);
+  std::string err = rig.sink.waitEnd();
+  EXPECT_NE(err.find("connection to rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("malformed frame"), std::string::npos) << err;
+  EXPECT_EQ(rig.sink.dests, 0);
+}
+
+TEST(FakePeer, AbsurdLengthIsRejectedBeforeAnyAllocation) {
+  Rig rig;
+  FrameHeader h = dataHeader(64);
+  h.length = 0xFFFFFFF0u;
+  h.msgBytes = 0xFFFFFFF0u;
+  rig.send(encoded(h));
+  std::string err = rig.sink.waitEnd();
+  EXPECT_NE(err.find("exceeds the frame limit"), std::string::npos) << err;
+  EXPECT_EQ(rig.sink.dests, 0);
+}
+
+TEST(FakePeer, WrongSourceRank) {
+  Rig rig;
+  FrameHeader h = dataHeader(0);
+  h.src = 5;
+  rig.send(encoded(h));
+  std::string err = rig.sink.waitEnd();
+  EXPECT_NE(err.find("claims to come from rank 5"), std::string::npos) << err;
+}
+
+TEST(FakePeer, ClosesInTheMiddleOfAHeader) {
+  Rig rig;
+  auto bytes = encoded(dataHeader(64));
+  bytes.resize(30);
+  rig.send(bytes);
+  rig.fake.close();
+  std::string err = rig.sink.waitEnd();
+  EXPECT_NE(err.find("in the middle of a frame"), std::string::npos) << err;
+  EXPECT_EQ(rig.sink.dests, 0);
+}
+
+TEST(FakePeer, ClosesInTheMiddleOfAPayload) {
+  for (uint32_t length : {1000u, 300000u}) {  // buffered and direct reads
+    Rig rig;
+    auto bytes = encoded(dataHeader(length));
+    bytes.resize(bytes.size() + 100, 0xAB);
+    rig.send(bytes);
+    rig.fake.close();
+    std::string err = rig.sink.waitEnd();
+    EXPECT_NE(err.find("in the middle of a frame"), std::string::npos) << err;
+    EXPECT_EQ(rig.sink.aborted, 1) << "the sink must learn that its buffer was not filled";
+    EXPECT_TRUE(rig.sink.done.empty());
+  }
+}
+
+TEST(FakePeer, ExitWithoutGoodbye) {
+  Rig rig;
+  rig.fake.close();
+  std::string err = rig.sink.waitEnd();
+  EXPECT_NE(err.find("without shutting down"), std::string::npos) << err;
+}
+
+TEST(Checksum, KnownVectorsAndTheFastPathAgree) {
+  const char* nine = "123456789";
+  EXPECT_EQ(crc32c(nine, 9), 0xE3069283u);  // RFC 3720, appendix B.4
+  EXPECT_EQ(crc32cPortable(nine, 9), 0xE3069283u);
+  EXPECT_EQ(crc32c(nullptr, 0), 0u);
+  std::vector<uint8_t> data(1 << 16);
+  std::iota(data.begin(), data.end(), 3);
+  for (size_t len : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{13}, data.size()}) {
+    EXPECT_EQ(crc32c(data.data(), len), crc32cPortable(data.data(), len)) << len;
+  }
+  // Continuation: the CRC of a whole equals the CRC continued over its parts.
+  EXPECT_EQ(crc32c(data.data() + 100, 900, crc32c(data.data(), 100)), crc32c(data.data(), 1000));
+}
+
+TEST(Checksum, SealedFramesArriveIntactAndAreVerified) {
+  auto [a, b] = socketPair();
+  RecordingSink senderSink, receiverSink;
+  Connection sender(std::move(a), 0, senderSink, 1u << 20, 0, "to rank 0");
+  Connection receiver(std::move(b), 1, receiverSink, 1u << 20, 0, "to rank 1");
+  sender.setChecksum(true);
+  sender.start();
+  receiver.start();
+  std::vector<uint8_t> payload(100003);
+  std::iota(payload.begin(), payload.end(), 11);
+  SendFrame f;
+  encodeFrame(dataHeader(static_cast<uint32_t>(payload.size())), f.header);
+  f.payload = payload.data();
+  f.length = payload.size();
+  sender.post(f);
+  ASSERT_TRUE(receiverSink.waitFrames(1));
+  EXPECT_TRUE(receiverSink.headers[0].hasChecksum());
+  EXPECT_EQ(receiverSink.headers[0].checksum, crc32c(payload.data(), payload.size()));
+  EXPECT_EQ(receiverSink.done[0], payload);
+  sender.close();
+  receiver.close();
+}
+
+TEST(Checksum, CorruptedPayloadFailsNamingTheLink) {
+  Rig rig;
+  std::vector<uint8_t> payload(4096, 0x5A);
+  FrameHeader h = dataHeader(static_cast<uint32_t>(payload.size()));
+  h.flags |= kFlagChecksum;
+  h.checksum = crc32c(payload.data(), payload.size());
+  payload[1234] ^= 0x10;  // one bit flipped "on the wire"
+  auto bytes = encoded(h);
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
+  rig.send(bytes);
+  std::string err = rig.sink.waitEnd();
+  EXPECT_NE(err.find("connection to rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("CRC32C mismatch"), std::string::npos) << err;
+  EXPECT_NE(err.find("allreduce #5"), std::string::npos) << err;
+  EXPECT_EQ(rig.sink.aborted, 1);
+  EXPECT_TRUE(rig.sink.done.empty()) << "a corrupted payload must never be delivered";
+}
+
+TEST(Checksum, FieldWithoutFlagIsMalformed) {
+  uint8_t buf[kFrameHeaderBytes];
+  encodeFrame(dataHeader(8), buf);
+  putLE<uint32_t>(buf + kChecksumOffset, 1234);
+  FrameHeader h;
+  std::string why;
+  EXPECT_FALSE(decodeFrame(buf, 1 << 20, &h, &why));
+  EXPECT_NE(why.find("checksum"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace mccl
