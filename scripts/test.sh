@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up this machine, then runs every test: the C++ core suite (GoogleTest,
-# ranks as threads over loopback) and the Python suite (pytest, real
-# multi-process torch.distributed jobs).
+# ranks as threads over loopback), a short libFuzzer run over the wire
+# parsers, and the Python suite (pytest, real multi-process torch.distributed
+# jobs; network-lab tests run when this is root with network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,6 +12,9 @@ printf '\n== C++ core tests\n'
 cmake -S . -B build/core -G Ninja -DMCCL_BUILD_TESTS=ON -DMCCL_BUILD_TORCH=OFF >/dev/null
 cmake --build build/core
 (cd build/core && ctest --output-on-failure -j2 --timeout 300)
+
+printf '\n== Fuzzing the wire parsers (%s s per target)\n' "${FUZZ_SECONDS:-15}"
+FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh
 
 printf '\n== Python tests\n'
 $PY -m pytest -q tests/python "$@"

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "comm/op_context.h"
+#include "util/thread_name.h"
 #include "util/check.h"
 #include "util/logging.h"
 #include "util/random.h"
@@ -88,8 +89,14 @@ void Communicator::bootstrap() {
   }
   MCCL_LOG(kInfo, selfName(), ": listening on ", listener_->address().toString(), " (",
            itf.name, ")");
-  engine_ = std::thread([this] { engineLoop(); });
-  watchdog_ = std::thread([this] { watchdogLoop(); });
+  engine_ = std::thread([this] {
+    nameThisThread("mccl-engine");
+    engineLoop();
+  });
+  watchdog_ = std::thread([this] {
+    nameThisThread("mccl-watchdog");
+    watchdogLoop();
+  });
 }
 
 Communicator::~Communicator() { shutdown(); }

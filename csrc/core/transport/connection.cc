@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "util/thread_name.h"
 #include "util/bytes.h"
 #include "util/check.h"
 #include "util/crc32c.h"
@@ -40,8 +41,14 @@ Connection::Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPaylo
 Connection::~Connection() { close(); }
 
 void Connection::start() {
-  recvThread_ = std::thread([this] { recvLoop(); });
-  sendThread_ = std::thread([this] { sendLoop(); });
+  recvThread_ = std::thread([this] {
+    nameThisThread("mccl-recv");
+    recvLoop();
+  });
+  sendThread_ = std::thread([this] {
+    nameThisThread("mccl-send");
+    sendLoop();
+  });
 }
 
 void Connection::post(SendFrame frame) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "util/thread_name.h"
 #include "util/check.h"
 
 namespace mccl {
@@ -70,7 +71,10 @@ Listener::Listener(const SockAddr& addr, const std::string& portRange, const Ide
   wakeWrite_ = fds[1];
   ::fcntl(wakeRead_, F_SETFD, FD_CLOEXEC);
   ::fcntl(wakeWrite_, F_SETFD, FD_CLOEXEC);
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    nameThisThread("mccl-listen");
+    loop();
+  });
 }
 
 Listener::~Listener() {

@@ -26,7 +26,24 @@ from common import done, init, log
 
 mode, victim, stamp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 GROUP_TIMEOUT = 4.0
+
+
+def mccl_threads():
+    n = 0
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                n += f.read().startswith("mccl-")
+        except OSError:
+            pass  # the thread ended while we looked
+    return n
+
+
 rank, world = init(timeout=timedelta(seconds=GROUP_TIMEOUT))
+deadline = time.monotonic() + 2
+while mccl_threads() < 3 and time.monotonic() < deadline:  # threads name themselves
+    time.sleep(0.01)
+assert mccl_threads() >= 3, "MCCL's threads are not named mccl-*"
 pids = [None] * world
 dist.all_gather_object(pids, os.getpid())
 me = f"mccl rank {rank}/{world}"
@@ -51,6 +68,7 @@ def prompt_destroy():
     dist.destroy_process_group()
     took = time.monotonic() - start
     assert took < 5.0, f"destroy_process_group took {took:.1f} s after the failure"
+    assert mccl_threads() == 0, f"{mccl_threads()} MCCL threads outlived the group"
     print("WORKER OK", flush=True)
 
 
