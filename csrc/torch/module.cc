@@ -36,6 +36,9 @@ PYBIND11_MODULE(_C, m) {
           [](ProcessGroupMCCL& pg) { return pg.comm().numConnections(); },
           "open TCP connections of this group (diagnostics)")
       .def_property_readonly(
+          "interface", [](ProcessGroupMCCL& pg) { return pg.comm().interfaceName(); },
+          "network interface this rank listens on")
+      .def_property_readonly(
           "rejected_connections",
           [](ProcessGroupMCCL& pg) { return pg.comm().rejectedConnections(); },
           "connections closed for failing the handshake (strangers; diagnostics)");

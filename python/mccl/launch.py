@@ -78,6 +78,8 @@ def run(
     stream_rank: int | None = None,
     master_port: int | None = None,
     expect_exit: dict[int, int] | None = None,
+    wrap=None,
+    rank_env=None,
 ) -> list[RankResult]:
     """Runs ``argv`` (a command) as ``nproc`` ranks; returns their results.
 
@@ -86,6 +88,9 @@ def run(
     at the deadline, after killing the remaining ranks. ``expect_exit`` maps
     ranks to the exit code they are meant to end with (a fault-injection test
     kills a rank on purpose: -9 for SIGKILL); those exits are not failures.
+    ``wrap(rank)`` gives an argv prefix for a rank (e.g. ``ip netns exec
+    HOST`` to run it on a network-lab host) and ``rank_env(rank)`` extra
+    environment for it.
     """
     expected = dict(expect_exit or {})
     port = master_port or free_port()
@@ -104,11 +109,13 @@ def run(
             MASTER_PORT=str(port),
             PYTHONUNBUFFERED="1",
         )
+        if rank_env:
+            e.update(rank_env(rank))
         log = tempfile.TemporaryFile(mode="w+b")
         logs.append(log)
         out = None if rank == stream_rank else log
         procs.append(
-            subprocess.Popen(argv, env=e, stdout=out, stderr=subprocess.STDOUT if out else None,
+            subprocess.Popen((wrap(rank) if wrap else []) + list(argv), env=e, stdout=out, stderr=subprocess.STDOUT if out else None,
                              start_new_session=True)
         )
 

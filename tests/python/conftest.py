@@ -20,14 +20,16 @@ WORKERS = Path(__file__).parent / "workers"
 
 def run_workers(script: str, world: int, *args: str, timeout: float = 240.0,
                 env: dict[str, str] | None = None,
-                expect_exit: dict[int, int] | None = None) -> list[str]:
-    """Runs workers/<script> on ``world`` ranks; returns each rank's output."""
+                expect_exit: dict[int, int] | None = None, lab=None) -> list[str]:
+    """Runs workers/<script> on ``world`` ranks; returns each rank's output.
+    With ``lab`` (a mccl.netlab.Lab), rank r runs on lab host r."""
     cmd = [sys.executable, str(WORKERS / script), *args]
     e = {"PYTHONPATH": str(WORKERS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
          "OMP_NUM_THREADS": "1"}
     e.update(env or {})
     try:
-        results = run(cmd, world, timeout=timeout, env=e, expect_exit=expect_exit)
+        results = run(cmd, world, timeout=timeout, env=e, expect_exit=expect_exit,
+                      wrap=lab.prefix if lab else None, rank_env=lab.rank_env if lab else None)
     except LaunchError as err:
         pytest.fail(str(err), pytrace=False)
     outs = [r.output for r in results]

@@ -47,6 +47,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& confi
 
 void Communicator::bootstrap() {
   Interface itf = selectInterface(cfg_.socketIfname, cfg_.routeHost);
+  interfaceName_ = itf.name;
   identity_.rank = static_cast<uint32_t>(cfg_.rank);
   identity_.size = static_cast<uint32_t>(cfg_.size);
   // Bootstrap record: group id (8 bytes), job secret (32), then rank 0's
@@ -137,7 +138,7 @@ void Communicator::poison(const Error& e) {
   for (auto& [key, p] : waiting) p.req->finish(&e);
   // Running ops fail now if they wait, else at their next wait.
   for (auto& op : activeOps()) op->fail(e);
-  wdCv_.notify_all();
+  kickWatchdog();  // failed ops now retire; make it watch them
   // Tell every connected peer, so the whole group fails fast.
   FrameHeader h;
   h.group = identity_.group;
@@ -609,7 +610,7 @@ void Communicator::startOp(QueuedOp& q) {
     std::lock_guard<std::mutex> lock(opsMu_);
     ops_.push_back(op);
   }
-  wdCv_.notify_all();  // a new deadline to watch
+  kickWatchdog();  // a new deadline to watch
   Task body;
   try {
     body = q.body(*op);
@@ -768,6 +769,15 @@ void Communicator::watch(Deadline deadline, std::weak_ptr<Transfer> t) {
       });
     }
     watched_.emplace(deadline.time(), std::move(t));
+    ++wdKicks_;
+  }
+  wdCv_.notify_all();
+}
+
+void Communicator::kickWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(wdMu_);
+    ++wdKicks_;
   }
   wdCv_.notify_all();
 }
@@ -776,6 +786,9 @@ void Communicator::watchdogLoop() {
   constexpr auto kRetireGrace = std::chrono::seconds(1);
   std::unique_lock<std::mutex> lock(wdMu_);
   while (!wdStop_) {
+    // Anything that changes what to watch bumps wdKicks_ (under wdMu_), also
+    // while this thread scans: a kick during the scan means scan again.
+    const uint64_t seen = wdKicks_;
     // Forget transfers that finished; fail the first one past its deadline.
     auto now = Clock::now();
     while (!watched_.empty()) {
@@ -799,7 +812,7 @@ void Communicator::watchdogLoop() {
     // Collectives: deadlines of running ops, and ops that failed but still
     // wait for transfers to retire (force those after a grace period).
     lock.unlock();
-    bool force = false;
+    bool force = false, rescan = false;
     for (auto& op : activeOps()) {
       Clock::time_point since;
       if (op->retiring(&since)) {
@@ -807,7 +820,12 @@ void Communicator::watchdogLoop() {
         next = std::min(next, since + kRetireGrace);
       } else if (!op->reapable() && !op->deadline().isNever()) {
         if (op->deadline().expired()) {
-          op->timeOut();
+          if (op->timeOut()) {
+            rescan = true;  // it is retiring now: watch its grace period
+          } else {
+            // Its coroutine runs elsewhere and fails at its next wait.
+            next = std::min(next, now + std::chrono::milliseconds(10));
+          }
         } else {
           next = std::min(next, op->deadline().time());
         }
@@ -821,10 +839,12 @@ void Communicator::watchdogLoop() {
     reapOps();
     lock.lock();
     if (wdStop_) break;
+    if (rescan) continue;
+    auto changed = [&] { return wdStop_ || wdKicks_ != seen; };
     if (next == Clock::time_point::max()) {
-      wdCv_.wait(lock);
+      wdCv_.wait(lock, changed);
     } else {
-      wdCv_.wait_until(lock, next);
+      wdCv_.wait_until(lock, next, changed);
     }
   }
 }

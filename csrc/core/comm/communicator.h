@@ -65,6 +65,8 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   // The group's cost model: rank 0's, agreed at bootstrap.
   const CostModel& model() const { return model_; }
   const SockAddr& address() const { return listener_->address(); }
+  // The network interface the listener is bound to (e.g. "eth0", "en0").
+  const std::string& interfaceName() const { return interfaceName_; }
   uint64_t groupId() const { return identity_.group; }
   // "rank 2 (10.0.0.2:41000)"
   std::string peerName(int rank) const;
@@ -161,6 +163,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   void postControl(int peer, const FrameHeader& h);
   void sendCts(int peer, uint64_t seq, uint32_t tag);
   void watch(Deadline deadline, std::weak_ptr<Transfer> t);
+  void kickWatchdog();
   void p2pDone(const std::shared_ptr<Work>& work, Transfer& t);
   std::vector<std::shared_ptr<Connection>> allConnections() const;
 
@@ -168,6 +171,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   std::shared_ptr<Store> store_;
   Identity identity_;
   CostModel model_;
+  std::string interfaceName_;
   std::string groupLabel_;
   ScratchPool scratch_;  // before matching_: its buffers return here
   std::unique_ptr<Matching> matching_;
@@ -206,6 +210,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   std::condition_variable wdCv_;
   std::multimap<Clock::time_point, std::weak_ptr<Transfer>> watched_;
   bool wdStop_ = false;
+  uint64_t wdKicks_ = 0;  // bumped whenever the watchdog must rescan
   std::thread watchdog_;
 
   // Poison.

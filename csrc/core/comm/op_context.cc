@@ -82,7 +82,7 @@ void OpContext::fail(const Error& e) {
   if (awaiting_.exchange(nullptr) != nullptr) suspended_.resume();
 }
 
-void OpContext::timeOut() {
+bool OpContext::timeOut() {
   // Claim the waiting coroutine first: while we hold the claim it cannot
   // resume, so the transfer it waits for stays alive for describe().
   Transfer* t = awaiting_.exchange(nullptr);
@@ -98,7 +98,9 @@ void OpContext::timeOut() {
     if (!failure_) failure_ = std::make_unique<Error>(e);
   }
   failed_.store(true);
-  if (t != nullptr) suspended_.resume();
+  if (t == nullptr) return false;
+  suspended_.resume();
+  return true;
 }
 
 void OpContext::transferFinished(Transfer& t) {

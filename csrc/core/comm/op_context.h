@@ -69,8 +69,10 @@ class OpContext {
   void start(Task body);
   // Makes the op fail with `e`: at once if it is waiting, else at its next wait.
   void fail(const Error& e);
-  // Fails the op with a timeout naming what it waits for (watchdog).
-  void timeOut();
+  // Fails the op with a timeout naming what it waits for (watchdog). Returns
+  // true if it resumed the waiting coroutine (the op is failing now), false
+  // if the coroutine is running elsewhere (it fails at its next wait).
+  bool timeOut();
   // From Transfer::finish, on any thread.
   void transferFinished(Transfer& t);
   Deadline deadline() const { return deadline_; }

@@ -5,6 +5,7 @@
     mccl-bench ddp --nproc 4                            # DDP step time, comm hidden
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
+    mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
 
 Without RANK in the environment it starts --nproc local ranks itself (rank
@@ -24,6 +25,9 @@ def _common(p: argparse.ArgumentParser):
     p.add_argument("--nproc", type=int, default=4, help="local ranks to start (ignored under torchrun)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before local ranks are killed")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    p.add_argument("--netlab", metavar="NAME",
+                   help="run rank r on host r of this network lab (mccl netlab up) and report "
+                        "busbw as a share of the lab's measured TCP goodput")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -114,9 +118,26 @@ def main(argv=None) -> int:
         return _worker(args)
     from ..launch import LaunchError, run
 
+    env = {"OMP_NUM_THREADS": "1"}
+    wrap = rank_env = None
+    if args.netlab:
+        from ..netlab import Lab, LabError
+        try:
+            lab = Lab.load(args.netlab)
+            if args.nproc > len(lab.hosts):
+                raise LabError(f"--nproc {args.nproc} but lab {args.netlab!r} has {len(lab.hosts)} hosts")
+            if not lab.goodput:
+                print(f"# measuring the lab's TCP goodput first (iperf3, every ring link at once)", flush=True)
+                lab.measure_goodput()
+        except LabError as e:
+            print(f"mccl-bench: {e}", file=sys.stderr)
+            return 2
+        print(f"# {lab.describe()}".replace("\n", "\n# "), flush=True)
+        env["MCCL_BENCH_GOODPUT_GBPS"] = str(lab.goodput["min_GBps"])
+        wrap, rank_env = lab.prefix, lab.rank_env
     try:
         run([sys.executable, "-m", "mccl.bench", *argv], args.nproc, timeout=args.timeout, stream_rank=0,
-            env={"OMP_NUM_THREADS": "1"})
+            env=env, wrap=wrap, rank_env=rank_env)
     except LaunchError as e:
         print(e, file=sys.stderr)
         return 1

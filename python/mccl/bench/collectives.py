@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -74,10 +75,13 @@ def run(args) -> list[dict]:
     if rank == 0:
         print(f"# mccl-bench: {world} ranks, dtype {args.dtype}, device {args.device}, "
               f"{args.rounds} interleaved rounds, median reported", flush=True)
+    goodput = float(os.environ.get("MCCL_BENCH_GOODPUT_GBPS", "0")) or None
+    if rank == 0 and goodput:
+        print(f"# TCP goodput of the slowest ring link: {goodput:.4f} GB/s (busbw % is of this)", flush=True)
     current = None
     for op, size in plan:
         if op != current and rank == 0:
-            _header(op, list(groups))
+            _header(op, list(groups), goodput)
         current = op
         times = {name: [] for name in groups}
         runners = {}
@@ -92,6 +96,8 @@ def run(args) -> list[dict]:
             for name in order:
                 times[name].append(_time(runners[name], runners[name + ":iters"], groups[name]))
         row = {"op": op, "bytes": size, "world": world}
+        if goodput:
+            row["goodput_GBps"] = goodput
         for name in groups:
             t = median(times[name])
             algbw = size / t / 1e9
@@ -109,14 +115,17 @@ def run(args) -> list[dict]:
     return records
 
 
-def _header(op: str, names: list[str]):
-    cols = "".join(f" {n + ' time(us)':>15} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}" for n in names)
+def _header(op: str, names: list[str], goodput: float | None = None):
+    pct = f" {'%goodput':>9}" if goodput else ""
+    cols = "".join(f" {n + ' time(us)':>15} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}{pct}" for n in names)
     ratio = f" {'busbw ratio':>12}" if len(names) > 1 else ""
     print(f"\n## {op}\n{'size':>10}{cols}{ratio}", flush=True)
 
 
 def _row(row: dict, names: list[str]):
+    g = row.get("goodput_GBps")
     cols = "".join(f" {row[n]['time_us']:>15.1f} {row[n]['algbw_GBps']:>12.3f} {row[n]['busbw_GBps']:>12.3f}"
+                   + (f" {100 * row[n]['busbw_GBps'] / g:>8.1f}%" if g else "")
                    for n in names)
     ratio = ""
     if len(names) > 1:

@@ -1,0 +1,148 @@
+"""The ``mccl`` command: network lab and fleet diagnostics.
+
+    mccl netlab up 4 --rate 1gbit     # 4 hosts in network namespaces on one switch
+    mccl netlab status
+    mccl netlab goodput               # iperf3 on every ring link at once
+    mccl netlab rate h2 100mbit       # make one host slow
+    mccl netlab cut h3 / restore h3   # pull / replug a cable
+    mccl netlab run h0 -- ip addr     # a command on a host
+    mccl netlab down
+    mccl doctor --nproc 4             # local ranks
+    mccl doctor --netlab mccl         # one rank per lab host
+    torchrun ... -m mccl.cli doctor   # across machines (each process is a rank)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _netlab(a) -> int:
+    from .netlab import Lab, LabError, down
+
+    try:
+        if a.action == "up":
+            lab = Lab.up(a.hosts, rate=a.rate, name=a.name, delay=a.delay, loss=a.loss)
+            print(lab.describe())
+        elif a.action == "down":
+            down(a.name)
+            print(f"lab {a.name!r} is down")
+        elif a.action == "status":
+            lab = Lab.load(a.name)
+            print(json.dumps(lab.__dict__, default=lambda o: o.__dict__, indent=1) if a.json else lab.describe())
+        elif a.action == "goodput":
+            lab = Lab.load(a.name)
+            g = lab.measure_goodput(streams=a.streams, seconds=a.seconds)
+            if a.json:
+                print(json.dumps(g, indent=1))
+            else:
+                print(f"TCP goodput, iperf3 with {a.streams} streams, every ring link at once ({a.seconds:g} s):")
+                for link, v in g["links_GBps"].items():
+                    print(f"  {link:<10} {v * 8:.3f} Gbit/s  ({v * 1000:.1f} MB/s)")
+                print(f"  ring ceiling (slowest link): {g['min_GBps'] * 8:.3f} Gbit/s; "
+                      f"median {g['median_GBps'] * 8:.3f} Gbit/s")
+        elif a.action == "rate":
+            lab = Lab.load(a.name)
+            lab.set_rate(a.host, a.new_rate)
+            print(lab.describe())
+        elif a.action == "cut":
+            Lab.load(a.name).cut(a.host)
+            print(f"{a.host}: link cut")
+        elif a.action == "restore":
+            Lab.load(a.name).restore(a.host)
+            print(f"{a.host}: link restored")
+        elif a.action == "run":
+            cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+            if not cmd:
+                print("mccl netlab run: give a command after the host", file=sys.stderr)
+                return 2
+            return Lab.load(a.name).run(a.host, cmd).returncode
+    except LabError as e:
+        print(f"mccl netlab: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _doctor(a, argv) -> int:
+    from . import doctor
+
+    if doctor.env_has_rank():
+        return doctor.main_rank(a)
+    from .launch import LaunchError, run
+
+    env = {"OMP_NUM_THREADS": "1"}
+    wrap = rank_env = None
+    nproc = a.nproc
+    if a.netlab:
+        from .netlab import Lab, LabError
+        try:
+            lab = Lab.load(a.netlab)
+        except LabError as e:
+            print(f"mccl doctor: {e}", file=sys.stderr)
+            return 1
+        nproc = nproc or len(lab.hosts)
+        wrap, rank_env = lab.prefix, lab.rank_env
+    try:
+        run([sys.executable, "-m", "mccl.cli", *argv], nproc or 2, timeout=a.timeout, stream_rank=0,
+            env=env, wrap=wrap, rank_env=rank_env)
+    except LaunchError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mccl", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    n = sub.add_parser("netlab", help="emulated switched-Ethernet fleet in network namespaces (root)")
+    n.add_argument("--name", default="mccl", help="lab name (several labs can coexist)")
+    ns = n.add_subparsers(dest="action", required=True)
+    up = ns.add_parser("up", help="create N hosts on one switch")
+    up.add_argument("hosts", type=int)
+    up.add_argument("--rate", default="1gbit", help="per-host link rate, both directions (tc tbf)")
+    up.add_argument("--delay", default="", help="one-way delay, e.g. 1ms (needs the kernel's netem)")
+    up.add_argument("--loss", default="", help="packet loss, e.g. 0.1%% (needs netem)")
+    ns.add_parser("down", help="remove the lab (also the remains of a failed one)")
+    st = ns.add_parser("status", help="hosts, rates, measured goodput")
+    st.add_argument("--json", action="store_true")
+    g = ns.add_parser("goodput", help="iperf3 on every ring-neighbour link at once")
+    g.add_argument("--streams", type=int, default=4)
+    g.add_argument("--seconds", type=float, default=5.0)
+    g.add_argument("--json", action="store_true")
+    r = ns.add_parser("rate", help="set one host's link rate")
+    r.add_argument("host")
+    r.add_argument("new_rate")
+    for name, text in (("cut", "take a host's link down"), ("restore", "bring it back")):
+        c = ns.add_parser(name, help=text)
+        c.add_argument("host")
+    rn = ns.add_parser("run", help="run a command on a host: mccl netlab run h0 -- CMD ...")
+    rn.add_argument("host")
+    rn.add_argument("cmd", nargs=argparse.REMAINDER)
+
+    d = sub.add_parser("doctor", help="interfaces, socket buffers and the pairwise goodput matrix of a job")
+    d.add_argument("--nproc", type=int, default=0, help="local ranks to start (default 2, or one per lab host)")
+    d.add_argument("--netlab", metavar="NAME", help="one rank per host of this network lab")
+    d.add_argument("--bytes", type=int, default=16 << 20, help="message size per measurement")
+    d.add_argument("--rounds", type=int, default=3, help="measurements per link (median)")
+    d.add_argument("--timeout", type=float, default=600)
+    d.add_argument("--json", action="store_true", help="machine-readable report from rank 0")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = parser().parse_args(argv)
+    if a.command == "netlab":
+        return _netlab(a)
+    if a.command == "doctor":
+        return _doctor(a, argv)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
