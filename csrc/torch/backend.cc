@@ -64,7 +64,7 @@ WorkPtr finish(const Communicator& comm, OpType type, const char* title,
                std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
                std::vector<std::shared_ptr<Work>> core, Staging staging) {
   auto work = c10::make_intrusive<WorkMCCL>(comm.rank(), type, title, std::move(outputs),
-                                            std::move(inputs));
+                                            std::move(inputs), staging.devices());
   work->track(std::move(core), std::move(staging));
   return work;
 }
@@ -79,6 +79,32 @@ std::vector<P> blocks(const View& v, int n, size_t count) {
 }
 
 }  // namespace
+
+template <typename F>
+std::shared_ptr<Work> ProcessGroupMCCL::submit(Staging& st, F&& fn) {
+  const auto& stage = st.device();
+  EventPtr staged = stage ? stage->seal() : nullptr;
+  if (!stage && !queue_.busy()) return call(fn);
+  // Device inputs are still being copied to the host, or an earlier op
+  // waits for its copies: the submit thread hands this one to the core in
+  // turn. The caller gets a Work that completes with the core's.
+  auto placeholder = std::make_shared<Work>(st.who());
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  std::function<std::shared_ptr<Work>()> body = std::forward<F>(fn);
+  queue_.push([stage, staged, deadline, body = std::move(body), placeholder] {
+    try {
+      if (stage && staged) stage->waitStaged(staged, deadline);
+      std::shared_ptr<Work> real = call(body);
+      real->onComplete([placeholder, real] {
+        placeholder->setSourceRank(real->sourceRank());
+        placeholder->complete(real->exception());
+      });
+    } catch (...) {
+      placeholder->complete(std::current_exception());
+    }
+  });
+  return placeholder;
+}
 
 ProcessGroupMCCL::ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout,
@@ -101,6 +127,7 @@ ProcessGroupMCCL::ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store,
 }
 
 ProcessGroupMCCL::~ProcessGroupMCCL() {
+  queue_.stop();
   if (comm_) comm_->shutdown();
 }
 
@@ -112,9 +139,15 @@ std::chrono::milliseconds ProcessGroupMCCL::opTimeout(std::chrono::milliseconds 
 
 void ProcessGroupMCCL::setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
-void ProcessGroupMCCL::abort() { comm_->abort(); }
+void ProcessGroupMCCL::abort() {
+  comm_->abort();  // first: queued ops then fail at once
+  queue_.stop();
+}
 
-void ProcessGroupMCCL::shutdown() { comm_->shutdown(); }
+void ProcessGroupMCCL::shutdown() {
+  queue_.stop();
+  comm_->shutdown();
+}
 
 WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
                                     const c10d::AllreduceOptions& opts) {
@@ -137,7 +170,7 @@ WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
   o.op = red.op;
   o.premulFactor = red.premulFactor;
   o.timeout = opTimeout(opts.timeout);
-  auto w = call([&] { return mccl::allreduce(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::allreduce(*comm_, o); });
   return finish(*comm_, OpType::ALLREDUCE, "mccl:all_reduce", tensors, tensors, {w}, std::move(st));
 }
 
@@ -168,7 +201,7 @@ WorkPtr ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
   o.op = red.op;
   o.premulFactor = red.premulFactor;
   o.timeout = opTimeout(opts.timeout);
-  auto w = call([&] { return mccl::allreduce(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::allreduce(*comm_, o); });
   return finish(*comm_, OpType::ALLREDUCE_COALESCED, "mccl:all_reduce_coalesced", tensors, tensors,
                 {w}, std::move(st));
 }
@@ -184,7 +217,7 @@ WorkPtr ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
   View v = st.inout(tensors[0]);
   BroadcastOptions o{v.data, v.count, v.dtype, static_cast<int>(opts.rootRank),
                      opTimeout(opts.timeout)};
-  auto w = call([&] { return mccl::broadcast(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::broadcast(*comm_, o); });
   return finish(*comm_, OpType::BROADCAST, "mccl:broadcast", tensors, tensors, {w}, std::move(st));
 }
 
@@ -206,7 +239,7 @@ WorkPtr ProcessGroupMCCL::reduce(std::vector<at::Tensor>& tensors,
   o.premulFactor = red.premulFactor;
   o.root = static_cast<int>(opts.rootRank);
   o.timeout = opTimeout(opts.timeout);
-  auto w = call([&] { return mccl::reduce(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::reduce(*comm_, o); });
   return finish(*comm_, OpType::REDUCE, "mccl:reduce", tensors, tensors, {w}, std::move(st));
 }
 
@@ -232,7 +265,7 @@ WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& output
     checkSameAs(*comm_, t, inputs[0], op, "an output tensor");
     o.out.push_back(st.output(t).data);
   }
-  auto w = call([&] { return mccl::allgather(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::allgather(*comm_, o); });
   return finish(*comm_, OpType::ALLGATHER, "mccl:all_gather", outs, inputs, {w}, std::move(st));
 }
 
@@ -256,7 +289,7 @@ WorkPtr ProcessGroupMCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
   o.dtype = in.dtype;
   o.out = blocks<void*>(out, comm_->size(), in.count);
   o.timeout = opTimeout(opts.timeout);
-  auto w = call([&] { return mccl::allgather(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::allgather(*comm_, o); });
   return finish(*comm_, OpType::_ALLGATHER_BASE, "mccl:_all_gather_base", {output}, {input}, {w},
                 std::move(st));
 }
@@ -285,7 +318,7 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
       o.out.push_back(st.output(t).data);
       outs.push_back(t);
     }
-    core.push_back(call([&] { return mccl::allgather(*comm_, o); }));
+    core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
   }
   return finish(*comm_, OpType::ALLGATHER_COALESCED, "mccl:all_gather_coalesced", outs, inputs,
                 core, std::move(st));
@@ -314,7 +347,7 @@ WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor
     o.dtype = in.dtype;
     o.out = blocks<void*>(out, comm_->size(), in.count);
     o.timeout = opTimeout(opts.timeout);
-    core.push_back(call([&] { return mccl::allgather(*comm_, o); }));
+    core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
   }
   return finish(*comm_, OpType::COALESCED, "mccl:all_gather_into_tensor_coalesced", outputs,
                 inputs, core, std::move(st));
@@ -349,7 +382,7 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), who(*comm_, op),
                       ": only the root (rank ", opts.rootRank, ") takes output tensors");
   }
-  auto w = call([&] { return mccl::gather(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::gather(*comm_, o); });
   return finish(*comm_, OpType::GATHER, "mccl:gather", outs, inputs, {w}, std::move(st));
 }
 
@@ -382,7 +415,7 @@ WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), who(*comm_, op),
                       ": only the root (rank ", opts.rootRank, ") takes input tensors");
   }
-  auto w = call([&] { return mccl::scatter(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::scatter(*comm_, o); });
   return finish(*comm_, OpType::SCATTER, "mccl:scatter", outputs, ins, {w}, std::move(st));
 }
 
@@ -407,7 +440,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
     checkSameAs(*comm_, t, outputs[0], op, "an input tensor");
     o.in.push_back(st.input(t).data);
   }
-  auto w = call([&] { return mccl::reduceScatter(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); });
   return finish(*comm_, OpType::REDUCE_SCATTER, "mccl:reduce_scatter", outputs, inputs[0], {w},
                 std::move(st));
 }
@@ -435,7 +468,7 @@ WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& i
   o.premulFactor = red.premulFactor;
   o.in = blocks<const void*>(in, comm_->size(), out.count);
   o.timeout = opTimeout(opts.timeout);
-  auto w = call([&] { return mccl::reduceScatter(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); });
   return finish(*comm_, OpType::_REDUCE_SCATTER_BASE, "mccl:_reduce_scatter_base", {output},
                 {input}, {w}, std::move(st));
 }
@@ -466,7 +499,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor
     o.premulFactor = red.premulFactor;
     o.in = blocks<const void*>(in, comm_->size(), out.count);
     o.timeout = opTimeout(opts.timeout);
-    core.push_back(call([&] { return mccl::reduceScatter(*comm_, o); }));
+    core.push_back(submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); }));
   }
   return finish(*comm_, OpType::COALESCED, "mccl:reduce_scatter_tensor_coalesced", outputs,
                 inputs, core, std::move(st));
@@ -528,7 +561,7 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
     inAt += ic;
     outAt += oc;
   }
-  auto w = call([&] { return mccl::alltoall(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::alltoall(*comm_, o); });
   return finish(*comm_, OpType::ALLTOALL_BASE, "mccl:all_to_all", {output}, {input}, {w},
                 std::move(st));
 }
@@ -558,7 +591,7 @@ WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
     o.out.push_back(out.data);
     o.outCounts.push_back(out.count);
   }
-  auto w = call([&] { return mccl::alltoall(*comm_, o); });
+  auto w = submit(st, [=, this] { return mccl::alltoall(*comm_, o); });
   return finish(*comm_, OpType::ALLTOALL, "mccl:all_to_all", outputs, inputs, {w}, std::move(st));
 }
 
@@ -568,7 +601,7 @@ WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, in
   TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
   Staging st(who(*comm_, op));
   View v = st.input(tensors[0]);
-  auto w = call([&] {
+  auto w = submit(st, [=, this] {
     return mccl::send(*comm_, dstRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
   });
   return finish(*comm_, OpType::SEND, "mccl:send", tensors, tensors, {w}, std::move(st));
@@ -580,7 +613,7 @@ WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, in
   TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
   Staging st(who(*comm_, op));
   View v = st.output(tensors[0]);
-  auto w = call([&] {
+  auto w = submit(st, [=, this] {
     return mccl::recv(*comm_, srcRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
   });
   return finish(*comm_, OpType::RECV, "mccl:recv", tensors, {}, {w}, std::move(st));
@@ -592,7 +625,7 @@ WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int ta
   TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
   Staging st(who(*comm_, op));
   View v = st.output(tensors[0]);
-  auto w = call([&] {
+  auto w = submit(st, [=, this] {
     return mccl::recv(*comm_, Communicator::kAnySource, static_cast<uint32_t>(tag), v.data,
                       v.count, v.dtype);
   });
@@ -601,8 +634,9 @@ WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int ta
 }
 
 WorkPtr ProcessGroupMCCL::barrier(const c10d::BarrierOptions& opts) {
-  auto w = call([&] { return mccl::barrier(*comm_, opTimeout(opts.timeout)); });
-  return finish(*comm_, OpType::BARRIER, "mccl:barrier", {}, {}, {w}, Staging());
+  Staging st(who(*comm_, "barrier"));
+  auto w = submit(st, [=, this] { return mccl::barrier(*comm_, opTimeout(opts.timeout)); });
+  return finish(*comm_, OpType::BARRIER, "mccl:barrier", {}, {}, {w}, std::move(st));
 }
 
 }  // namespace mccl::torch_adapter

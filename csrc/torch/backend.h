@@ -15,6 +15,8 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "submit_queue.h"
+#include "work.h"
 
 namespace mccl::torch_adapter {
 
@@ -90,7 +92,13 @@ class ProcessGroupMCCL : public c10d::Backend {
  private:
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
 
+  // Hands `fn`'s core op to the core now, or (device inputs still being
+  // staged, or earlier ops queued) through queue_ in call order.
+  template <typename F>
+  std::shared_ptr<Work> submit(Staging& st, F&& fn);
+
   std::shared_ptr<Communicator> comm_;
+  SubmitQueue queue_;
   std::chrono::milliseconds timeout_;
 };
 

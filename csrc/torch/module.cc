@@ -17,6 +17,11 @@ using mccl::torch_adapter::ProcessGroupMCCL;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "MCCL: collectives over TCP for torch.distributed (C++ core)";
+  mccl::torch_adapter::installFakeDeviceFromEnv();
+  m.def("_fake_device_enabled", &mccl::torch_adapter::fakeDeviceEnabled,
+        "Whether MCCL_FAKE_DEVICE_FOR_TESTING routes CPU tensors through the fake device");
+  m.def("_fake_device_violations", &mccl::torch_adapter::fakeDeviceViolations,
+        "Calls from MCCL threads that only the op's calling thread may make (fake device)");
 
   py::class_<ProcessGroupMCCL, c10d::Backend, c10::intrusive_ptr<ProcessGroupMCCL>>(
       m, "ProcessGroupMCCL")

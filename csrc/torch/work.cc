@@ -109,13 +109,30 @@ View Staging::viewOf(const at::Tensor& t) {
   return v;
 }
 
+DeviceStage& Staging::stage(const at::Tensor& t) {
+  if (!dev_) {
+    dev_ = std::make_shared<DeviceStage>(deviceOpsFor(t.device()), who_);
+  } else {
+    TORCH_CHECK_VALUE(dev_->device() == t.device(), who_, ": tensors on ", dev_->device(), " and ",
+                      t.device(), " in one call; put them on one device");
+  }
+  return *dev_;
+}
+
+std::vector<c10::Device> Staging::devices() const {
+  if (!dev_ || dev_->device().is_cpu()) return {};  // the fake device: a plain Future
+  return {dev_->device()};
+}
+
 View Staging::input(const at::Tensor& t) {
+  if (stagedOnDevice(t)) return viewOf(stage(t).stageIn(t));
   at::Tensor c = t.contiguous();
   keep_.push_back(c);
   return viewOf(c);
 }
 
 View Staging::output(const at::Tensor& t) {
+  if (stagedOnDevice(t)) return viewOf(stage(t).stageOut(t));
   if (t.is_contiguous()) {
     keep_.push_back(t);
     return viewOf(t);
@@ -126,6 +143,7 @@ View Staging::output(const at::Tensor& t) {
 }
 
 View Staging::inout(const at::Tensor& t) {
+  if (stagedOnDevice(t)) return viewOf(stage(t).stageInOut(t));
   if (t.is_contiguous()) {
     keep_.push_back(t);
     return viewOf(t);
@@ -139,7 +157,18 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
   std::vector<at::Tensor> flat;
   flat.reserve(ts.size());
   for (const auto& t : ts) flat.push_back(t.reshape({-1}));
-  at::Tensor buf = at::cat(flat);
+  at::Tensor buf = at::cat(flat);  // device tensors: on the caller's stream
+  if (stagedOnDevice(buf)) {
+    DeviceStage& s = stage(buf);
+    if (!writeBack) return viewOf(s.stageIn(buf));
+    at::Tensor host = s.stageIn(buf);
+    int64_t at = 0;
+    for (const auto& t : ts) {
+      copyBack_.emplace_back(t, host.narrow(0, at, t.numel()).view(t.sizes()));
+      at += t.numel();
+    }
+    return viewOf(host);
+  }
   if (writeBack) {
     int64_t at = 0;
     for (const auto& t : ts) {
@@ -151,19 +180,38 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
   return viewOf(buf);
 }
 
-void Staging::finish() {
-  for (auto& [dst, src] : copyBack_) dst.copy_(src);
+void Staging::finish(bool error, const std::function<void()>& complete) {
+  if (!dev_) {
+    if (!error) {
+      for (auto& [dst, src] : copyBack_) dst.copy_(src);
+    }
+    copyBack_.clear();
+    keep_.clear();
+    complete();
+    return;
+  }
+  if (error) {
+    copyBack_.clear();
+    dev_->fail(complete);
+    return;
+  }
+  // Device tensors: copy-backs run on the side stream (the host sources are
+  // pinned; the copies are asynchronous) before the done event, then the
+  // completion.
+  for (auto& [dst, src] : copyBack_) dev_->copyBackLater(dst, src);
   copyBack_.clear();
   keep_.clear();
+  dev_->finish(complete);
 }
 
 WorkMCCL::WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,
-                   std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs)
+                   std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
+                   std::vector<c10::Device> devices)
     : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(inputs)),
       outputs_(std::move(outputs)),
       inputs_(std::move(inputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+          c10::ListType::create(c10::TensorType::get()), std::move(devices))) {}
 
 WorkMCCL::~WorkMCCL() = default;
 
@@ -190,26 +238,44 @@ void WorkMCCL::onCoreDone() {
   for (auto& w : core_) {
     if (!error) error = w->exception();
   }
-  if (error) {
-    error = toTorchError(error);
-  } else {
-    try {
-      staging_.finish();
-    } catch (...) {
-      error = std::current_exception();
+  if (error) error = toTorchError(error);
+  // Marks Work and Future; for device ops this runs with the side stream
+  // current, after the copy-backs were queued on it, so the Future's waiters
+  // wait (on their streams) for the results.
+  auto complete = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      completed_ = true;
+      exception_ = error;
+      done_ = staging_.device() ? staging_.device()->done() : nullptr;
     }
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+    cv_.notify_all();
+  };
+  try {
+    staging_.finish(error != nullptr, complete);
+  } catch (...) {
+    // A failed copy-back: the op fails with it (complete() did not run).
+    error = toTorchError(std::current_exception());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (completed_) return;
+    }
+    complete();
   }
+}
+
+void WorkMCCL::synchronize() {
+  EventPtr done;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    completed_ = true;
-    exception_ = error;
+    done = done_;
   }
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-  cv_.notify_all();
+  if (done && staging_.device()) staging_.device()->ops().currentWaits(done);
 }
 
 bool WorkMCCL::isCompleted() {
@@ -245,6 +311,8 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
     cv_.wait(lock, [&] { return completed_; });
   }
   if (exception_) std::rethrow_exception(exception_);
+  lock.unlock();
+  synchronize();  // device ops: the caller's stream waits for the results
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/work.h"
+#include "device.h"
 #include "util/dtype.h"
 
 namespace mccl::torch_adapter {
@@ -43,6 +44,9 @@ struct CoreReduce {
 CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const std::string& who);
 
 // The memory an op works on, and the copies to make when it completes.
+// CPU tensors are used in place when contiguous; device tensors go through
+// pinned host buffers (DeviceStage). All device tensors of one op must be on
+// one device.
 class Staging {
  public:
   Staging() = default;
@@ -56,12 +60,21 @@ class Staging {
   View inout(const at::Tensor& t);
   // One flat buffer for several tensors of one dtype (coalesced ops).
   View flatten(const std::vector<at::Tensor>& ts, bool writeBack);
-  // Runs the copy-backs (on the completing thread).
-  void finish();
+  // Runs the copy-backs and then `complete` (on the completing thread; with
+  // the device's side stream current for device ops). With `error`, skips
+  // the copy-backs.
+  void finish(bool error, const std::function<void()>& complete);
   void keep(const at::Tensor& t) { keep_.push_back(t); }
+  // The device op's stage (null for CPU-only ops). seal() it before the core
+  // may read the inputs.
+  const std::shared_ptr<DeviceStage>& device() const { return dev_; }
+  std::vector<c10::Device> devices() const;
+  const std::string& who() const { return who_; }
 
  private:
   View viewOf(const at::Tensor& t);
+  DeviceStage& stage(const at::Tensor& t);
+  std::shared_ptr<DeviceStage> dev_;
   std::string who_;
   std::vector<at::Tensor> keep_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;  // (caller's, staged)
@@ -69,8 +82,11 @@ class Staging {
 
 class WorkMCCL : public c10d::Work {
  public:
+  // `devices` (empty for CPU ops) makes the Future device-aware: its waiters'
+  // current streams wait for the results instead of the host.
   WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,
-           std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs);
+           std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
+           std::vector<c10::Device> devices = {});
   ~WorkMCCL() override;
 
   // Completes when every core op does; call once, after construction.
@@ -82,7 +98,8 @@ class WorkMCCL : public c10d::Work {
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
   bool wait(std::chrono::milliseconds timeout) override;
-  void synchronize() override {}
+  // Device ops: the current stream waits for the results (no host wait).
+  void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
@@ -92,6 +109,7 @@ class WorkMCCL : public c10d::Work {
   std::vector<at::Tensor> inputs_;
   std::vector<std::shared_ptr<mccl::Work>> core_;
   Staging staging_;
+  EventPtr done_;  // device ops: results are in place when this completes
   std::atomic<int> pending_{0};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::string description_;

@@ -199,7 +199,7 @@ TEST(ReduceScatter, RingAndDirect) {
           for (int o = 0; o < kNumReduceOps; ++o) {
             ReduceOp op = static_cast<ReduceOp>(o);
             if (!reduceSupported(dt, op)) continue;
-            for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{5003}}) {
+            for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{5003}, size_t{40009}}) {
               ++salt;
               // Block b of this rank's input holds elements b*count .. (b+1)*count.
               Buffer in(dt, count * static_cast<size_t>(n)), out(dt, count);

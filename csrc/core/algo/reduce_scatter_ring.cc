@@ -3,9 +3,10 @@
 // last addition lands in the output. Each rank sends and receives (n-1)/n of
 // the input, the bandwidth optimum.
 //
-// Inputs are never modified: partial sums live in scratch slots. Receives are
-// posted k items ahead into 2k slots, so a slot is reused k items after its
-// forward was queued.
+// Inputs are never modified: step 0's partial sums land in the output buffer
+// (all posted up front, so the opening burst never waits in the unexpected
+// budget), later ones in scratch slots posted k items ahead into 2k slots, so
+// a slot is reused k items after its forward was queued.
 #include <algorithm>
 #include <cstring>
 
@@ -42,20 +43,28 @@ Task reduceScatterRing(OpContext& ctx, ReduceScatterOptions o) {
   const int left = mod(r - 1, n), right = mod(r + 1, n);
   const size_t steps = static_cast<size_t>(n - 1);
   const size_t items = steps * nch;
-  const size_t k = std::min<size_t>(items, 8);
-  const size_t nslots = 2 * k;
+  // Step 0 arrives as one burst (every rank sends its first block at once):
+  // all its receives are posted up front, straight into the output buffer,
+  // which is free until the last step; no step-0 chunk waits in the
+  // unexpected-message budget. Later steps use a ring of 2k scratch slots,
+  // posted k items ahead.
+  const size_t later = items - nch;
+  const size_t k = std::min<size_t>(later, 8);
+  const size_t nslots = std::max<size_t>(2 * k, 1);
   const size_t slotBytes = (o.count / nch + 1) * es;
-  Scratch slots = ctx.scratch(nslots * slotBytes);
-  auto slotPtr = [&](size_t i) { return slots.data() + (i % nslots) * slotBytes; };
+  Scratch slots = ctx.scratch(later > 0 ? nslots * slotBytes : 0);
   // Item i = (step s, chunk c) receives block r-s-2's partial sum from the left.
+  auto bufOf = [&](size_t i) -> uint8_t* {
+    if (i < nch) return out + chunkOf(o.count, nch, i).begin * es;
+    return slots.data() + ((i - nch) % nslots) * slotBytes;
+  };
   std::vector<std::shared_ptr<RecvRequest>> recvs(items);
-  std::vector<std::shared_ptr<SendRequest>> forwards(nslots);
-  // Posts item i's receive; its slot's previous forward must have left.
+  std::vector<std::shared_ptr<SendRequest>> forwards(nslots), zeroForwards(nch);
   auto post = [&](size_t i) {
     Chunk ch = chunkOf(o.count, nch, i % nch);
-    recvs[i] = ctx.irecv(left, slotId(i), slotPtr(i), ch.length * es);
+    recvs[i] = ctx.irecv(left, slotId(i), bufOf(i), ch.length * es);
   };
-  for (size_t i = 0; i < k; ++i) post(i);
+  for (size_t i = 0; i < nch + k; ++i) post(i);
 
   std::vector<std::shared_ptr<SendRequest>> first;
   const uint8_t* firstBlock = in[static_cast<size_t>(mod(r - 1, n))];
@@ -70,19 +79,27 @@ Task reduceScatterRing(OpContext& ctx, ReduceScatterOptions o) {
     const uint8_t* mine = in[static_cast<size_t>(b)] + ch.begin * es;
     co_await ctx.wait(recvs[i]);
     if (s + 1 < steps) {
-      combine(slotPtr(i), slotPtr(i), mine, ch.length);
-      forwards[i % nslots] = ctx.isend(right, slotId(i + nch), slotPtr(i), ch.length * es);
+      combine(bufOf(i), bufOf(i), mine, ch.length);
+      auto f = ctx.isend(right, slotId(i + nch), bufOf(i), ch.length * es);
+      (s == 0 ? zeroForwards[c] : forwards[(i - nch) % nslots]) = std::move(f);
     } else {
       uint8_t* dst = out + ch.begin * es;
-      combine(dst, slotPtr(i), mine, ch.length);
+      // The output chunk held step 0's partial sum: its forward must be out.
+      if (s > 0 && zeroForwards[c]) co_await ctx.wait(zeroForwards[c]);
+      combine(dst, bufOf(i), mine, ch.length);
       if (o.op == ReduceOp::kAvg) kernels::divide(dst, ch.length, o.dtype, n);
     }
-    if (i + k < items) {
-      if (auto& f = forwards[(i + k) % nslots]) co_await ctx.wait(f);
-      post(i + k);
+    // Keep k slot items posted ahead; a slot is reused once its forward left.
+    const size_t next = i + k;
+    if (i >= nch && next < items) {
+      if (auto& f = forwards[(next - nch) % nslots]) co_await ctx.wait(f);
+      post(next);
     }
   }
   co_await ctx.waitAll(first);
+  for (auto& f : zeroForwards) {
+    if (f) co_await ctx.wait(f);
+  }
   for (auto& f : forwards) {
     if (f) co_await ctx.wait(f);
   }

@@ -118,3 +118,108 @@ def reduce_op(name: str):
 
 def log(*a):
     print(f"[rank {os.environ.get('RANK')}]", *a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------ device shim
+# MCCL_TEST_DEVICE=cuda (or a comma list, one per rank: "cuda:0,cpu,...")
+# runs a worker's mccl calls on device tensors: each call gets device copies
+# of its tensor arguments and the results are copied back, so the worker's
+# CPU-side references and checks stay as they are. Gloo groups are left alone.
+
+def _test_device():
+    spec = os.environ.get("MCCL_TEST_DEVICE", "")
+    if not spec:
+        return None
+    parts = spec.split(",")
+    rank = int(os.environ.get("RANK", "0"))
+    d = parts[rank % len(parts)] if len(parts) > 1 else parts[0]
+    return None if d == "cpu" else torch.device(d)
+
+
+def _install_device_shim(dev):
+    import contextlib
+    import functools
+
+    deferred = []  # inside _coalescing_manager: copy back at its wait()
+
+    def to_dev(x, pairs):
+        if isinstance(x, torch.Tensor):
+            y = x.to(dev)
+            pairs.append((x, y))
+            return y
+        if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
+            return type(x)(to_dev(t, pairs) for t in x)
+        if isinstance(x, list) and x and all(isinstance(t, list) for t in x):
+            return [to_dev(t, pairs) for t in x]
+        return x
+
+    def back(pairs):
+        for cpu_t, dev_t in pairs:
+            cpu_t.copy_(dev_t.cpu())
+
+    class DeviceWork:
+        def __init__(self, work, pairs):
+            self.work, self.pairs = work, pairs
+
+        def wait(self, *a):
+            r = self.work.wait(*a)
+            back(self.pairs)
+            return r
+
+        def __getattr__(self, name):
+            return getattr(self.work, name)
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            group = kwargs.get("group")
+            if group is not None and dist.get_backend(group) != "mccl":
+                return fn(*args, **kwargs)
+            pairs = []
+            args = [to_dev(a, pairs) for a in args]
+            kwargs = {k: to_dev(v, pairs) for k, v in kwargs.items()}
+            out = fn(*args, **kwargs)
+            if deferred:
+                deferred[-1].extend(pairs)
+                return out
+            if kwargs.get("async_op") or fn.__name__ in ("isend", "irecv"):
+                return DeviceWork(out, pairs)
+            back(pairs)
+            return out
+        return inner
+
+    class CoalescedProxy:
+        def __init__(self, cm, pairs):
+            self.cm, self.pairs = cm, pairs
+
+        def wait(self):
+            self.cm.wait()
+            back(self.pairs)
+
+    orig_cm = dist._coalescing_manager
+
+    @contextlib.contextmanager
+    def coalescing(*a, **k):
+        pairs = []
+        deferred.append(pairs)
+        try:
+            with orig_cm(*a, **k) as cm:
+                yield CoalescedProxy(cm, pairs)
+        finally:
+            deferred.pop()
+        if not k.get("async_ops", a[2] if len(a) > 2 else False):
+            back(pairs)
+
+    dist._coalescing_manager = coalescing
+    for name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
+                 "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+                 "gather", "scatter", "send", "recv", "isend", "irecv", "all_reduce_coalesced"):
+        if hasattr(dist, name):
+            setattr(dist, name, wrap(getattr(dist, name)))
+
+
+TEST_DEVICE = _test_device()
+if TEST_DEVICE is not None:
+    if TEST_DEVICE.type == "cuda":
+        torch.cuda.set_device(TEST_DEVICE.index or 0)
+    _install_device_shim(TEST_DEVICE)
