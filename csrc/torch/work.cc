@@ -3,12 +3,21 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include "util/error.h"
 
 namespace mccl::torch_adapter {
 
 namespace {
+
+// c10d renamed NCCLPreMulSumSupplement to PreMulSumSupplement (2.13 keeps
+// the old name as an alias; 2.11 has only the old one).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+using PreMulSupplement = c10d::PreMulSumSupplement;
+#else
+using PreMulSupplement = c10d::NCCLPreMulSumSupplement;
+#endif
 
 c10::SourceLocation here(const char* fn) { return {fn, __FILE__, static_cast<uint32_t>(__LINE__)}; }
 
@@ -68,7 +77,7 @@ CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const std::
     case c10d::ReduceOp::BXOR: r.op = ReduceOp::kBXor; break;
     case c10d::ReduceOp::PREMUL_SUM: {
       r.op = ReduceOp::kPreMulSum;
-      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      auto* s = dynamic_cast<PreMulSupplement*>(op.supplement_.get());
       TORCH_CHECK_VALUE(s != nullptr, who, ": PREMUL_SUM without a factor");
       if (s->tensor_factor.defined()) {
         TORCH_CHECK_VALUE(s->tensor_factor.numel() == 1, who,

@@ -123,6 +123,8 @@ def parser() -> argparse.ArgumentParser:
     rn = ns.add_parser("run", help="run a command on a host: mccl netlab run h0 -- CMD ...")
     rn.add_argument("host")
     rn.add_argument("cmd", nargs=argparse.REMAINDER)
+    for action in ns.choices.values():  # --name also after the action
+        action.add_argument("--name", default=argparse.SUPPRESS, help="lab name (default mccl)")
 
     d = sub.add_parser("doctor", help="interfaces, socket buffers and the pairwise goodput matrix of a job")
     d.add_argument("--nproc", type=int, default=0, help="local ranks to start (default 2, or one per lab host)")

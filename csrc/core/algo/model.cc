@@ -10,7 +10,15 @@ double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, in
   if (n <= 1) return 0.0;
   const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
   const double b = m.betaNsPerByte * 1e-9, g = m.gammaNsPerByte * 1e-9;
-  const double msg = a + 2 * o;  // one message: latency, send and receive overhead
+  // One step of an algorithm: a rank sends and receives `xs` bytes. Its CPU
+  // work per message (2o: post, copy, complete) overlaps the wire time of
+  // the data, so a step costs latency plus the larger of the two; local
+  // reduction of what arrived comes after.
+  auto step = [&](double xs, double reduce) { return a + std::max(2 * o, xs * b) + reduce * xs * g; };
+  // k messages to or from different peers at once (direct algorithms).
+  auto fan = [&](double k, double xs, double reduce) {
+    return a + std::max(2 * k * o, k * xs * b) + reduce * k * xs * g;
+  };
   const double x = static_cast<double>(bytes), nn = n;
   const double logn = std::ceil(std::log2(nn));
   int p = 1;
@@ -20,28 +28,27 @@ double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, in
   const double chunk = x / nch;
   switch (op) {
     case OpKind::kAllreduce:
-      if (algo == Algo::kRing) return 2 * (nn - 1) * msg + 2 * (nn - 1) / nn * x * b + (nn - 1) / nn * x * g;
-      if (algo == Algo::kDirect) return a + 2 * (nn - 1) * o + (nn - 1) * x * (b + g);
-      return rounds * (msg + x * b + x * g);  // recursive doubling
+      if (algo == Algo::kRing) return (nn - 1) * (step(x / nn, 1) + step(x / nn, 0));
+      if (algo == Algo::kDirect) return fan(nn - 1, x, 1);
+      return rounds * step(x, 1);  // recursive doubling
     case OpKind::kBroadcast:
-      if (algo == Algo::kChain) return (nn - 2 + nch) * (msg + chunk * b);
-      return logn * (msg + x * b);  // binomial
+      if (algo == Algo::kChain) return (nn - 2 + nch) * step(chunk, 0);
+      return logn * step(x, 0);  // binomial
     case OpKind::kReduce:
-      if (algo == Algo::kChain) return (nn - 2 + nch) * (msg + chunk * (b + g));
-      return logn * (msg + x * (b + g));
+      if (algo == Algo::kChain) return (nn - 2 + nch) * step(chunk, 1);
+      return logn * step(x, 1);
     case OpKind::kAllgather:
-      if (algo == Algo::kRing) return (nn - 1) * (msg + x * b);
-      return a + 2 * (nn - 1) * o + (nn - 1) * x * b;  // direct
+      if (algo == Algo::kRing) return (nn - 1) * step(x, 0);
+      return fan(nn - 1, x, 0);  // direct
     case OpKind::kReduceScatter:
-      if (algo == Algo::kRing) return (nn - 1) * (msg + x * (b + g));
-      return a + 2 * (nn - 1) * o + (nn - 1) * x * (b + g);
+      if (algo == Algo::kRing) return (nn - 1) * step(x, 1);
+      return fan(nn - 1, x, 1);
     case OpKind::kGather:
     case OpKind::kScatter:
-      return a + (nn - 1) * (2 * o + x * b);
     case OpKind::kAlltoall:
-      return a + (nn - 1) * (2 * o + x * b);
+      return fan(nn - 1, x, 0);
     case OpKind::kBarrier:
-      return logn * msg;
+      return logn * step(0, 0);
     default:
       return 0.0;
   }

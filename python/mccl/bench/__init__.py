@@ -4,6 +4,7 @@
     mccl-bench --nproc 4 --ops all_reduce -b 8 -e 64M -f 8 --json r.json --plot r.png
     mccl-bench ddp --nproc 4                            # DDP step time, comm hidden
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
+    mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
     mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
@@ -62,6 +63,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--depth", type=int, default=6)
     d.add_argument("--bucket-mb", type=float, default=25.0)
     d.add_argument("--json")
+    mm = sub.add_parser("matmul", help="FP32/TF32/BF16 matrix-product TFLOP/s of this device (no ranks)")
+    mm.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    mm.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
+    mm.add_argument("--repeats", type=int, default=5)
+    mm.add_argument("--json")
     m = sub.add_parser("memory", help="peak resident memory of one all_reduce")
     _common(m)
     m.add_argument("--size", default="256M")
@@ -76,6 +82,8 @@ def _worker(args) -> int:
     import mccl  # noqa: F401
 
     torch.set_num_threads(1)
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     tune_file = os.environ.get("MCCL_TUNE_FILE")
     if getattr(args, "tune", False) and tune_file and not os.path.exists(tune_file):
         del os.environ["MCCL_TUNE_FILE"]  # --tune creates it; groups start from the defaults
@@ -114,6 +122,10 @@ def main(argv=None) -> int:
             parser().error(f"unknown ops {bad}; choose from {OPS}")
         args.sizes = sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor)
         args.vs = None if args.vs == "none" else args.vs
+    if args.mode == "matmul":
+        from . import matmul
+        matmul.run(args)
+        return 0
     if "RANK" in os.environ:
         return _worker(args)
     from ..launch import LaunchError, run

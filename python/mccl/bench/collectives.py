@@ -52,12 +52,20 @@ def _runner(op: str, b: dict, group, world: int, rank: int):
     raise ValueError(op)
 
 
+def _sync():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()  # device ops complete on the stream
+
+
 def _time(fn, iters: int, group) -> float:
-    """Seconds per op: the slowest rank's average over `iters` blocking calls."""
+    """Seconds per op: the slowest rank's average over `iters` blocking calls
+    (for device tensors, until the device has the results)."""
+    _sync()
     dist.barrier(group=group)
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
+    _sync()
     dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
     dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
     return float(dt.item())

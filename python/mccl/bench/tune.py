@@ -71,24 +71,35 @@ def run(args) -> dict:
     t_direct = _time_allreduce(groups["direct"], 8)
     big = args.tune_bytes
     t_ring = _time_allreduce(groups["ring"], big)
+    t_ring8 = _time_allreduce(groups["ring"], 8)
     gamma = mccl._C.measure_reduce_ns_per_byte(16 << 20)
     g = torch.tensor([gamma], dtype=torch.float64)
     dist.all_reduce(g, op=dist.ReduceOp.MAX)  # the slowest rank's kernel
     gamma = float(g.item())
 
-    # Solve  rounds*(a + 2o) = t_rd  and  a + 2(n-1)o = t_direct  (microseconds).
+    # Every op pays a fixed cost c (the call, the hand-offs) on top of its
+    # messages; it is the same for every algorithm, so it does not steer the
+    # choice, but it must not be read as per-message latency. In
+    # microseconds, with m = a + 2o the cost of one dependent message:
+    #   8 B recursive doubling  c + rounds * m    = t_rd
+    #   8 B ring                c + 2(n-1) * m    = t_ring8
+    #   8 B direct              c + a + 2(n-1) o  = t_direct
     p = 1
     while p * 2 <= n:
         p *= 2
     rounds = (p.bit_length() - 1) + (0 if p == n else 2)
-    per_round = t_rd * 1e6 / rounds
-    if n > 2:
-        o = max(0.5, (t_direct * 1e6 - per_round) / (2 * (n - 1) - 2))
-        a = max(1.0, per_round - 2 * o)
-    else:  # one message either way: split the round time evenly
-        a, o = per_round / 2, per_round / 4
     steps = 2 * (n - 1)
-    wire = t_ring * 1e9 - steps * (a + 2 * o) * 1e3 - (n - 1) / n * big * gamma
+    m = max(1.0, (t_ring8 - t_rd) * 1e6 / max(1, steps - rounds))
+    c = max(0.0, t_rd * 1e6 - rounds * m)
+    if n > 2:
+        o = max(0.5, (t_direct * 1e6 - c - m) / (2 * (n - 2)))
+        a = max(1.0, m - 2 * o)
+        o = min(o, (m - 1.0) / 2) if m > 2 else o
+    else:  # one message either way: split it evenly
+        a, o = m / 2, m / 4
+    # A large ring step is latency plus wire time (its CPU overhead overlaps
+    # the transfer; see csrc/core/algo/model.cc).
+    wire = t_ring * 1e9 - (c + steps * a) * 1e3 - (n - 1) / n * big * gamma
     beta = max(0.01, wire / (steps / n * big))
     model = {"alpha_us": round(a, 2), "overhead_us": round(o, 2),
              "beta_ns_per_byte": round(beta, 4), "gamma_ns_per_byte": round(gamma, 4)}
@@ -100,12 +111,14 @@ def run(args) -> dict:
             f.write(f"# written by mccl-bench --tune on {os.uname().nodename}, "
                     f"{time.strftime('%Y-%m-%d %H:%M')}, {n} ranks\n")
             f.write(f"# measured: 8 B all_reduce {t_rd * 1e6:.1f} us (recursive doubling), "
-                    f"{t_direct * 1e6:.1f} us (direct); {fmt_size(big)} ring {t_ring * 1e3:.2f} ms\n")
+                    f"{t_direct * 1e6:.1f} us (direct), {t_ring8 * 1e6:.1f} us (ring); "
+                    f"{fmt_size(big)} ring {t_ring * 1e3:.2f} ms; fixed cost per op {c:.1f} us\n")
             for k, v in model.items():
                 f.write(f"{k}={v}\n")
         print(f"# cost model for {n} ranks, written to {path}:")
         for k, v in model.items():
             print(f"#   {k:<18} {v}")
+        print(f"#   (fixed cost per op, the same for every algorithm: {c:.1f} us; added to predictions below)")
     # Check: predicted against measured, per algorithm and size.
     checks = []
     sizes = [8, 64 << 10, 1 << 20, big]
@@ -115,7 +128,7 @@ def run(args) -> dict:
             if algo == "direct" and s > (1 << 20):
                 continue
             t = _time_allreduce(grp, s, rounds=3)
-            checks.append((algo, s, t, mccl._C.predict_seconds("allreduce", algo, s, n, model)))
+            checks.append((algo, s, t, c * 1e-6 + mccl._C.predict_seconds("allreduce", algo, s, n, model)))
     if rank == 0:
         print(f"{'algorithm':>20} {'size':>10} {'measured(us)':>13} {'predicted(us)':>14}")
         for algo, s, t, pr in checks:
