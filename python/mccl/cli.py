@@ -10,6 +10,7 @@
     mccl doctor --nproc 4             # local ranks
     mccl doctor --netlab mccl         # one rank per lab host
     torchrun ... -m mccl.cli doctor   # across machines (each process is a rank)
+    mccl plan --scaling s.json --nodes 24,100,200 --price 1.5 --local-tflops 14 --ref-tflops 19.5
 """
 
 from __future__ import annotations
@@ -93,6 +94,29 @@ def _doctor(a, argv) -> int:
     return 0
 
 
+def _plan(a) -> int:
+    from . import plan
+
+    fields = plan.inputs_from_files(a.scaling, a.tune, a.matmul, a.matmul_ref, a.backend)
+    given = {"params": a.params, "batch": a.batch, "compute_s": a.step_ms / 1000 if a.step_ms else None,
+             "hidden": a.hidden, "alpha_us": a.alpha_us, "overhead_us": a.overhead_us,
+             "beta_ns_per_byte": 8.0 / a.link_gbit if a.link_gbit else None,
+             "local_tflops": a.local_tflops, "ref_tflops": a.ref_tflops, "price_per_gpu_hour": a.price}
+    for k, v in given.items():
+        if v is not None:
+            fields[k] = v
+            fields["sources"][k] = "command line"
+    missing = [k for k in ("params", "batch", "compute_s", "hidden") if k not in fields]
+    if missing:
+        print(f"mccl plan: missing {', '.join(missing)}: give --scaling FILE (from mccl-bench scaling "
+              f"--json) or --params/--batch/--step-ms/--hidden", file=sys.stderr)
+        return 2
+    inp = plan.Inputs(**fields, ref_name=a.ref_name, hours_per_night=a.hours)
+    result = plan.plan(inp, [int(x) for x in a.nodes.split(",")])
+    print(json.dumps(result, indent=1) if a.json else plan.render(result))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="mccl", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -133,6 +157,26 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--rounds", type=int, default=3, help="measurements per link (median)")
     d.add_argument("--timeout", type=float, default=600)
     d.add_argument("--json", action="store_true", help="machine-readable report from rank 0")
+    pl = sub.add_parser("plan", help="project samples/s, efficiency and cloud-cost offset for a fleet")
+    pl.add_argument("--nodes", default="24,100,200")
+    pl.add_argument("--scaling", help="mccl-bench scaling --json output (step time, hidden share, model)")
+    pl.add_argument("--backend", default="mccl", help="whose hidden share to use from --scaling")
+    pl.add_argument("--tune", help="a tune file (mccl-bench --tune) for the fleet's network")
+    pl.add_argument("--link-gbit", type=float, help="TCP goodput per link, Gbit/s (default 9.4: 10 GbE)")
+    pl.add_argument("--alpha-us", type=float)
+    pl.add_argument("--overhead-us", type=float)
+    pl.add_argument("--params", type=int)
+    pl.add_argument("--batch", type=int)
+    pl.add_argument("--step-ms", type=float, help="one machine's step time without communication")
+    pl.add_argument("--hidden", type=float, help="share of the all-reduce hidden behind backward (0-1)")
+    pl.add_argument("--matmul", help="mccl-bench matmul --json of a fleet machine")
+    pl.add_argument("--matmul-ref", help="mccl-bench matmul --json of the reference GPU")
+    pl.add_argument("--local-tflops", type=float, help="a fleet machine's FP32 TFLOP/s")
+    pl.add_argument("--ref-tflops", type=float, help="the reference GPU's TFLOP/s")
+    pl.add_argument("--ref-name", default="A100")
+    pl.add_argument("--price", type=float, help="cloud price per reference-GPU hour, USD")
+    pl.add_argument("--hours", type=float, default=12.0, help="hours the fleet works per night")
+    pl.add_argument("--json", action="store_true")
     return ap
 
 
@@ -143,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return _netlab(a)
     if a.command == "doctor":
         return _doctor(a, argv)
+    if a.command == "plan":
+        return _plan(a)
     return 2
 
 

@@ -5,6 +5,7 @@
     mccl-bench ddp --nproc 4                            # DDP step time, comm hidden
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
+    mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
     mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
@@ -63,6 +64,20 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--depth", type=int, default=6)
     d.add_argument("--bucket-mb", type=float, default=25.0)
     d.add_argument("--json")
+    sc = sub.add_parser("scaling", help="ViT training at N = 1, 2, 4 ranks: samples/s, efficiency, overlap")
+    sc.add_argument("--ns", default="1,2,4", help="rank counts (1 first: the baseline)")
+    sc.add_argument("--backends", default="mccl,gloo")
+    sc.add_argument("--preset", default="small", help="ViT preset: tiny, small, vit-113m")
+    sc.add_argument("--batch", type=int, default=16)
+    sc.add_argument("--steps", type=int, default=10)
+    sc.add_argument("--warmup", type=int, default=2)
+    sc.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    sc.add_argument("--bf16", action="store_true")
+    sc.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    sc.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
+    sc.add_argument("--timeout", type=float, default=3600)
+    sc.add_argument("--json")
+    sc.add_argument("--plot")
     mm = sub.add_parser("matmul", help="FP32/TF32/BF16 matrix-product TFLOP/s of this device (no ranks)")
     mm.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     mm.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
@@ -122,6 +137,10 @@ def main(argv=None) -> int:
             parser().error(f"unknown ops {bad}; choose from {OPS}")
         args.sizes = sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor)
         args.vs = None if args.vs == "none" else args.vs
+    if args.mode == "scaling":
+        from . import scaling
+        scaling.run(args)
+        return 0
     if args.mode == "matmul":
         from . import matmul
         matmul.run(args)

@@ -1,0 +1,96 @@
+"""mccl-bench scaling: the ViT workload at N = 1, 2, 4 (...) ranks, for MCCL
+and Gloo: samples/s, parallel efficiency (throughput at N over N times the
+throughput at 1) and the share of the gradient all-reduce hidden behind
+backward. Ranks are local processes, or network-lab hosts with --netlab.
+The JSON it writes is what `mccl plan --scaling` reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..launch import LaunchError, run as launch
+
+
+def _result(output: str) -> dict:
+    for line in output.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError("the workload printed no RESULT line:\n" + output[-2000:])
+
+
+def run(args) -> dict:
+    ns = [int(x) for x in args.ns.split(",")]
+    backends = [b for b in args.backends.split(",") if b]
+    base = [sys.executable, "-m", "mccl.workloads.vit", "--preset", args.preset, "--steps", str(args.steps),
+            "--warmup", str(args.warmup), "--batch", str(args.batch), "--device", args.device, "--quiet"]
+    if args.threads:
+        base += ["--threads", str(args.threads)]
+    if args.bf16:
+        base.append("--bf16")
+    env = {"OMP_NUM_THREADS": str(args.threads or 1)}
+    wrap = rank_env = None
+    if args.netlab:
+        from ..netlab import Lab
+        lab = Lab.load(args.netlab)
+        if max(ns) > len(lab.hosts):
+            raise SystemExit(f"--ns asks for {max(ns)} ranks; lab {args.netlab!r} has {len(lab.hosts)} hosts")
+        wrap, rank_env = lab.prefix, lab.rank_env
+    runs = []
+    print(f"# mccl-bench scaling: ViT preset {args.preset}, batch {args.batch}/rank, {args.steps} timed steps, "
+          f"device {args.device}{', network lab ' + args.netlab if args.netlab else ', local ranks'}", flush=True)
+    print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'hidden':>7}",
+          flush=True)
+    one = None
+    for n in ns:
+        for b in (["none"] if n == 1 else backends):
+            cmd = base + ([] if n == 1 else ["--backend", b, "--measure-overlap"])
+            try:
+                res = launch(cmd, n, timeout=args.timeout, env=env, wrap=wrap, rank_env=rank_env)
+            except LaunchError as e:
+                raise SystemExit(str(e)) from None
+            r = _result(res[0].output)
+            if n == 1:
+                one = r
+            r["efficiency"] = r["samples_per_s"] / (n * one["samples_per_s"]) if one else None
+            runs.append(r)
+            hidden = f"{100 * r['hidden_share']:.0f}%" if "hidden_share" in r else "-"
+            eff = f"{100 * r['efficiency']:.1f}%" if r["efficiency"] is not None else "-"
+            print(f"{r['backend']:>8} {n:>3} {r['samples_per_s']:>10.1f} {r['step_s'] * 1000:>10.1f} "
+                  f"{eff:>11} {hidden:>7}", flush=True)
+    out = {"preset": args.preset, "batch_per_rank": args.batch, "device": args.device,
+           "netlab": args.netlab, "runs": runs}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"# wrote {args.json}", flush=True)
+    if args.plot:
+        _plot(out, args.plot)
+        print(f"# wrote {args.plot}", flush=True)
+    return out
+
+
+def _plot(out: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise SystemExit("--plot needs matplotlib: pip install matplotlib") from e
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.6))
+    for b in sorted({r["backend"] for r in out["runs"] if r["world"] > 1}):
+        rows = [r for r in out["runs"] if r["backend"] == b or r["world"] == 1]
+        ax[0].plot([r["world"] for r in rows], [r["samples_per_s"] for r in rows], marker="o", label=b)
+        ax[1].plot([r["world"] for r in rows], [100 * r["efficiency"] for r in rows], marker="o", label=b)
+    ax[0].set_xlabel("ranks")
+    ax[0].set_ylabel("samples/s")
+    ax[1].set_xlabel("ranks")
+    ax[1].set_ylabel("parallel efficiency (%)")
+    for a in ax:
+        a.grid(True, alpha=0.3)
+        a.legend()
+    fig.suptitle(f"ViT {out['preset']}, batch {out['batch_per_rank']}/rank")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

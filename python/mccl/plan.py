@@ -1,0 +1,144 @@
+"""mccl plan: what a fleet of N machines would do for a data-parallel job.
+
+Inputs are measurements, not guesses:
+
+- the job's step time on one machine (compute only) and the share of the
+  gradient all-reduce that DDP hid behind backward, from
+  ``mccl-bench scaling --json`` (or --step-ms / --hidden / --params);
+- the network: per-link TCP goodput and per-message latency, from a tune
+  file (``mccl-bench --tune``) or --link-gbit / --alpha-us;
+- the machine's matrix-product throughput against a datacentre GPU, from two
+  ``mccl-bench matmul --json`` files (or --tflops-ratio), and a price per
+  GPU-hour, for the cloud-cost comparison.
+
+Model, per step on N machines (ring all-reduce of the fp32 gradients, G bytes):
+
+    comm(N)    = 2(N-1) * (alpha + max(2o, G/N * beta))
+    exposed(N) = (1 - hidden) * comm(N)
+    step(N)    = compute + exposed(N)
+    samples/s  = N * batch / step(N);  efficiency = compute / step(N)
+
+Every assumption is printed with the result; --json for tools.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Inputs:
+    params: int                  # model parameters (gradients are fp32: 4 bytes each)
+    batch: int                   # samples per machine per step
+    compute_s: float             # step time on one machine, no communication
+    hidden: float                # share of the all-reduce hidden behind backward (0..1)
+    alpha_us: float = 50.0       # per-message latency
+    overhead_us: float = 10.0    # per-message CPU work
+    beta_ns_per_byte: float = 0.85  # 10 GbE at 94 % TCP goodput: 1 / 1.175 GB/s
+    local_tflops: float | None = None
+    ref_tflops: float | None = None
+    ref_name: str = "A100"
+    price_per_gpu_hour: float | None = None
+    hours_per_night: float = 12.0
+    sources: dict = field(default_factory=dict)  # where each input came from
+
+
+def comm_seconds(inp: Inputs, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    grad = 4.0 * inp.params
+    a, o, b = inp.alpha_us * 1e-6, inp.overhead_us * 1e-6, inp.beta_ns_per_byte * 1e-9
+    return 2 * (n - 1) * (a + max(2 * o, grad / n * b))
+
+
+def project(inp: Inputs, n: int) -> dict:
+    comm = comm_seconds(inp, n)
+    exposed = (1.0 - max(0.0, min(1.0, inp.hidden))) * comm
+    step = inp.compute_s + exposed
+    row = {"nodes": n, "step_s": step, "comm_s": comm, "exposed_s": exposed,
+           "samples_per_s": n * inp.batch / step, "efficiency": inp.compute_s / step}
+    if inp.local_tflops and inp.ref_tflops:
+        ratio = inp.local_tflops / inp.ref_tflops
+        row["ref_gpu_equivalents"] = n * ratio * row["efficiency"]
+        if inp.price_per_gpu_hour is not None:
+            row["yearly_offset_usd"] = (row["ref_gpu_equivalents"] * inp.price_per_gpu_hour
+                                        * inp.hours_per_night * 365)
+    return row
+
+
+def plan(inp: Inputs, nodes: list[int]) -> dict:
+    return {"inputs": asdict(inp), "rows": [project(inp, n) for n in nodes]}
+
+
+def render(result: dict) -> str:
+    i = result["inputs"]
+    lines = ["mccl plan: data-parallel training on N machines", "", "Assumptions:"]
+    lines.append(f"  model: {i['params']:,} parameters, fp32 gradients ({4 * i['params'] / 2**20:.0f} MiB "
+                 f"all-reduced per step by a ring)")
+    lines.append(f"  one machine: {i['compute_s'] * 1000:.1f} ms per step of {i['batch']} samples "
+                 f"({i['batch'] / i['compute_s']:.1f} samples/s)")
+    lines.append(f"  share of the all-reduce hidden behind backward: {100 * i['hidden']:.0f} %")
+    lines.append(f"  network: alpha {i['alpha_us']:.1f} us, o {i['overhead_us']:.1f} us per message, "
+                 f"{1 / i['beta_ns_per_byte']:.3f} GB/s per link ({8 / i['beta_ns_per_byte']:.2f} Gbit/s of "
+                 f"TCP goodput), switched (every link at full rate at once)")
+    if i["local_tflops"] and i["ref_tflops"]:
+        lines.append(f"  compute: {i['local_tflops']:.2f} TFLOP/s here vs {i['ref_tflops']:.2f} on an "
+                     f"{i['ref_name']} (ratio {i['local_tflops'] / i['ref_tflops']:.3f})")
+    if i["price_per_gpu_hour"] is not None:
+        lines.append(f"  cloud price: ${i['price_per_gpu_hour']:.2f} per {i['ref_name']}-hour; the fleet "
+                     f"works {i['hours_per_night']:g} h a night, 365 nights a year")
+    for k, v in i.get("sources", {}).items():
+        lines.append(f"  source of {k}: {v}")
+    lines.append("  not modelled: stragglers, contention with other traffic, optimizer time growing with N")
+    head = f"{'nodes':>6} {'step (ms)':>10} {'comm (ms)':>10} {'exposed':>9} {'samples/s':>11} {'efficiency':>11}"
+    extra = "ref_gpu_equivalents" in result["rows"][0]
+    if extra:
+        head += f" {i['ref_name'] + '-equiv.':>12}"
+        if "yearly_offset_usd" in result["rows"][0]:
+            head += f" {'$/year':>12}"
+    lines += ["", head]
+    for r in result["rows"]:
+        line = (f"{r['nodes']:>6} {r['step_s'] * 1000:>10.1f} {r['comm_s'] * 1000:>10.1f} "
+                f"{r['exposed_s'] * 1000:>9.1f} {r['samples_per_s']:>11.1f} {100 * r['efficiency']:>10.1f}%")
+        if extra:
+            line += f" {r['ref_gpu_equivalents']:>12.1f}"
+            if "yearly_offset_usd" in r:
+                line += f" {r['yearly_offset_usd']:>12,.0f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def inputs_from_files(scaling: str | None, tune: str | None, matmul: str | None, matmul_ref: str | None,
+                      backend: str = "mccl") -> dict:
+    """Reads what it can from measurement files; returns Inputs fields."""
+    out: dict = {"sources": {}}
+    if scaling:
+        with open(scaling) as f:
+            s = json.load(f)
+        one = next(r for r in s["runs"] if r["world"] == 1)
+        out.update(params=one["params"], batch=one["batch_per_rank"], compute_s=one["step_s"])
+        shares = [r["hidden_share"] for r in s["runs"] if r["world"] > 1 and r["backend"] == backend
+                  and "hidden_share" in r]
+        if shares:
+            out["hidden"] = min(shares)
+        out["sources"]["step time and hidden share"] = f"{scaling} ({backend}, the least hidden of its runs)"
+    if tune:
+        vals = {}
+        with open(tune) as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                if "=" in line:
+                    k, v = line.split("=", 1)
+                    vals[k.strip()] = float(v)
+        out.update(alpha_us=vals.get("alpha_us", 50.0), overhead_us=vals.get("overhead_us", 10.0),
+                   beta_ns_per_byte=vals.get("beta_ns_per_byte", 0.85))
+        out["sources"]["network"] = tune
+    for path, key in ((matmul, "local_tflops"), (matmul_ref, "ref_tflops")):
+        if path:
+            with open(path) as f:
+                m = json.load(f)
+            fp32 = next(r for r in m["rows"] if r["dtype"] == "fp32")
+            out[key] = fp32["tflops"]
+            out["sources"][key] = f"{path} (fp32, {m['device']})"
+    return out

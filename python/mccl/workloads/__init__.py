@@ -1,0 +1,1 @@
+"""Workloads that MCCL's benchmarks run (also usable on their own)."""

@@ -1,0 +1,64 @@
+"""mccl plan (the fleet model) and mccl-bench scaling (its measured inputs)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mccl import plan
+
+
+def inputs(**kw):
+    base = dict(params=1_000_000, batch=32, compute_s=0.5, hidden=0.5, alpha_us=50.0, overhead_us=10.0,
+                beta_ns_per_byte=1.0)
+    base.update(kw)
+    return plan.Inputs(**base)
+
+
+def test_ring_allreduce_time_matches_the_formula():
+    inp = inputs()
+    # 4 MB of gradients on 4 nodes: 6 steps of (50 us + max(20 us, 1 MB x 1 ns)).
+    assert plan.comm_seconds(inp, 4) == pytest.approx(6 * (50e-6 + 1e-3))
+    assert plan.comm_seconds(inp, 1) == 0.0
+
+
+def test_projection_efficiency_and_costs():
+    inp = inputs(local_tflops=10.0, ref_tflops=20.0, price_per_gpu_hour=2.0, hours_per_night=12)
+    rows = plan.plan(inp, [1, 24, 200])["rows"]
+    assert rows[0]["efficiency"] == pytest.approx(1.0)
+    assert rows[1]["efficiency"] > rows[2]["efficiency"] > 0.9  # bandwidth-bound ring: nearly flat
+    r = rows[1]
+    assert r["step_s"] == pytest.approx(0.5 + 0.5 * plan.comm_seconds(inp, 24))
+    assert r["samples_per_s"] == pytest.approx(24 * 32 / r["step_s"])
+    assert r["ref_gpu_equivalents"] == pytest.approx(24 * 0.5 * r["efficiency"])
+    assert r["yearly_offset_usd"] == pytest.approx(r["ref_gpu_equivalents"] * 2.0 * 12 * 365)
+    text = plan.render(plan.plan(inp, [24]))
+    assert "Assumptions" in text and "not modelled" in text and "A100" in text
+
+
+def test_plan_cli_needs_its_inputs_and_prints_json():
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan"], capture_output=True, text=True)
+    assert p.returncode == 2 and "missing" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--params", "113503498", "--batch", "64",
+                        "--step-ms", "1000", "--hidden", "0.9", "--link-gbit", "9.4", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert [r["nodes"] for r in out["rows"]] == [24, 100, 200]
+
+
+def test_scaling_bench_feeds_the_plan(tmp_path):
+    s = tmp_path / "scaling.json"
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling", "--ns", "1,2", "--backends", "mccl,gloo",
+                        "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "4", "--json", str(s),
+                        "--timeout", "240"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    runs = json.loads(s.read_text())["runs"]
+    assert [(r["world"], r["backend"]) for r in runs] == [(1, "none"), (2, "mccl"), (2, "gloo")]
+    assert runs[0]["efficiency"] == pytest.approx(1.0)
+    assert all(0 < r["efficiency"] for r in runs) and all(0 <= r["hidden_share"] <= 1 for r in runs[1:])
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--scaling", str(s), "--link-gbit", "9.4",
+                        "--alpha-us", "50", "--overhead-us", "10"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "source of step time and hidden share" in p.stdout
