@@ -121,6 +121,37 @@ TEST(Timeout, SilentPeerFailsAtTheOpDeadline) {
   });
 }
 
+TEST(Timeout, QueueTimeDoesNotCount) {
+  // Rank 0 submits A and B at once, one op on the wire at a time, each with
+  // a 1 s timeout. Rank 1 joins A at 0.6 s and B at 1.3 s: B waits 0.6 s in
+  // the queue and then 0.7 s on the wire. It must succeed; counting its queue
+  // time would fail it at 1.0 s.
+  runRanks(2, [&](Communicator& comm) {
+    std::vector<float> a(8, 1.0f), b(8, 2.0f);
+    auto opts = [&](std::vector<float>& v) {
+      AllreduceOptions o;
+      o.buf = v.data();
+      o.count = v.size();
+      o.dtype = DataType::kFloat32;
+      o.timeout = std::chrono::milliseconds(1000);
+      return o;
+    };
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      allreduce(comm, opts(a))->wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      allreduce(comm, opts(b))->wait();
+    } else {
+      auto wa = allreduce(comm, opts(a));
+      auto wb = allreduce(comm, opts(b));
+      wa->wait();
+      wb->wait();
+    }
+    EXPECT_EQ(a[0], 2.0f);
+    EXPECT_EQ(b[0], 4.0f);
+  }, [](CommConfig& c) { c.inflightOps = 1; });
+}
+
 TEST(Abort, PeersFailFastWithTheCause) {
   runRanks(3, [&](Communicator& comm) {
     if (comm.rank() == 2) {
