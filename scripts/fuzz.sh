@@ -11,8 +11,8 @@ SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}
 if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; then
   echo "== installing clang and libFuzzer (Debian: clang, libclang-rt-14-dev)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get install -y -q clang libclang-rt-14-dev >/dev/null 2>&1 ||
-    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q clang libclang-rt-14-dev >/dev/null; }
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang libclang-rt-14-dev >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang libclang-rt-14-dev >/dev/null; }
 fi
 
 CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DMCCL_BUILD_FUZZERS=ON \

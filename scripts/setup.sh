@@ -12,8 +12,8 @@ say() { printf '\n== %s\n' "$*"; }
 if [ ! -f /usr/include/gtest/gtest.h ]; then
   say "installing libgtest-dev"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get install -y -q libgtest-dev >/dev/null 2>&1 ||
-    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q libgtest-dev >/dev/null; }
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgtest-dev >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgtest-dev >/dev/null; }
 fi
 
 # Build tools and torch. Torch is installed only when absent: an installed

@@ -7,6 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 bash scripts/setup.sh
+# The network-lab tests need iproute2 and iperf3 (they skip, saying why, without).
+if [ "$(id -u)" -eq 0 ] && { ! command -v iperf3 >/dev/null || ! command -v tc >/dev/null; }; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 iperf3 >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 iperf3 >/dev/null 2>&1; } ||
+    echo "note: could not install iproute2/iperf3; network-lab tests will be skipped"
+fi
 
 printf '\n== C++ core tests\n'
 cmake -S . -B build/core -G Ninja -DMCCL_BUILD_TESTS=ON -DMCCL_BUILD_TORCH=OFF >/dev/null

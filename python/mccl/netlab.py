@@ -72,6 +72,14 @@ class Lab:
             if not shutil.which(tool):
                 missing.append(f"the '{tool}' command (Debian: apt-get install "
                                f"{'iperf3' if tool == 'iperf3' else 'iproute2'})")
+        if not missing:
+            # Root is not always enough (containers without CAP_NET_ADMIN): try.
+            probe = f"mcclprobe{os.getpid()}"
+            p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+            if p.returncode != 0:
+                missing.append(f"permission to create network namespaces ({p.stderr.strip()})")
+            else:
+                subprocess.run(["ip", "netns", "del", probe], capture_output=True)
         return missing
 
     @classmethod
