@@ -29,7 +29,7 @@ struct CommConfig {
   size_t inlineBytes = 64 << 10;
   bool checksum = false;  // CRC32C on every data frame (MCCL_CHECKSUM)
   size_t unexpectedBytes = 32 << 20;
-  size_t p2pEagerBytes = 128 << 10;
+  size_t p2pEagerBytes = 1 << 20;
   size_t smallBytes = 64 << 10;
   std::string algo;
   // Chooses algorithms. Rank 0's is published to the group at bootstrap, so
