@@ -19,6 +19,7 @@ The summary's last line starts with RESULT and holds JSON (for tools).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -205,6 +206,12 @@ def main(argv=None) -> int:
                   flush=True)
         print("RESULT " + json.dumps(result), flush=True)
     if distributed:
+        # DDP's reducer holds the process group: release it (and the groups'
+        # tensors) before destroying, or the group is torn down at interpreter
+        # exit, where Gloo's threads sometimes abort the process.
+        del ddp, opt, model, data
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 
