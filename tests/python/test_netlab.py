@@ -32,8 +32,9 @@ def lab():
 def test_goodput_is_near_the_shaped_rate(lab):
     g = lab.measure_goodput(seconds=2)
     print("goodput Gbit/s:", {k: round(v * 8, 3) for k, v in g["links_GBps"].items()})
-    # 1 Gbit/s of Ethernet carries ~0.94 Gbit/s of TCP payload.
-    assert 0.85 < g["min_GBps"] * 8 <= 1.0, g
+    # 1 Gbit/s of Ethernet carries ~0.94 Gbit/s of TCP payload (0.95 measured
+    # here); the shaping must cap it, and a loaded machine must not halve it.
+    assert 0.7 < g["min_GBps"] * 8 <= 1.0, g
     assert Lab.load("mcclt").goodput == g
 
 
