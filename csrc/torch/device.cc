@@ -168,13 +168,4 @@ void DeviceStage::finish(const std::function<void()>& complete) {
   });
 }
 
-void DeviceStage::fail(const std::function<void()>& complete) {
-  ops_->withSideCurrent([&] {
-    done_ = ops_->recordSide();
-    back_.clear();
-    keep_.clear();
-    complete();
-  });
-}
-
 }  // namespace mccl::torch_adapter

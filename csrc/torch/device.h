@@ -108,8 +108,8 @@ class DeviceStage {
   // Completing thread: copies results back and runs `complete` (which marks
   // Work and Future) with the side stream current.
   void finish(const std::function<void()>& complete);
-  // Completing thread, on failure: still run `complete` on the side stream.
-  void fail(const std::function<void()>& complete);
+  // On failure, before finish(): nothing is copied back.
+  void dropCopyBacks() { back_.clear(); }
   // The event the results are ready at (after finish()).
   EventPtr done() const { return done_; }
   DeviceOps& ops() { return *ops_; }

@@ -167,17 +167,8 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
   flat.reserve(ts.size());
   for (const auto& t : ts) flat.push_back(t.reshape({-1}));
   at::Tensor buf = at::cat(flat);  // device tensors: on the caller's stream
-  if (stagedOnDevice(buf)) {
-    DeviceStage& s = stage(buf);
-    if (!writeBack) return viewOf(s.stageIn(buf));
-    at::Tensor host = s.stageIn(buf);
-    int64_t at = 0;
-    for (const auto& t : ts) {
-      copyBack_.emplace_back(t, host.narrow(0, at, t.numel()).view(t.sizes()));
-      at += t.numel();
-    }
-    return viewOf(host);
-  }
+  // Device tensors: the core works on the host copy; copy-backs come from it.
+  if (stagedOnDevice(buf)) buf = stage(buf).stageIn(buf);
   if (writeBack) {
     int64_t at = 0;
     for (const auto& t : ts) {
@@ -190,23 +181,18 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
 }
 
 void Staging::finish(bool error, const std::function<void()>& complete) {
+  if (error) copyBack_.clear();  // nothing of a failed op reaches the caller's tensors
   if (!dev_) {
-    if (!error) {
-      for (auto& [dst, src] : copyBack_) dst.copy_(src);
-    }
+    for (auto& [dst, src] : copyBack_) dst.copy_(src);
     copyBack_.clear();
     keep_.clear();
     complete();
     return;
   }
-  if (error) {
-    copyBack_.clear();
-    dev_->fail(complete);
-    return;
-  }
   // Device tensors: copy-backs run on the side stream (the host sources are
   // pinned; the copies are asynchronous) before the done event, then the
   // completion.
+  if (error) dev_->dropCopyBacks();
   for (auto& [dst, src] : copyBack_) dev_->copyBackLater(dst, src);
   copyBack_.clear();
   keep_.clear();

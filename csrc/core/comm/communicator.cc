@@ -686,13 +686,7 @@ std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* dat
   auto req = std::make_shared<SendRequest>(peer, MsgKey{1, seq, tag, identity_.rank},
                                            OpKind::kSendRecv, bytes);
   req->onDone = [this, work](Transfer& t) { p2pDone(work, t); };
-  FrameHeader h;
-  h.flags = kFlagP2P;
-  h.group = identity_.group;
-  h.seq = seq;
-  h.slot = tag;
-  h.src = identity_.rank;
-  h.op = OpKind::kSendRecv;
+  FrameHeader h = p2pHeader(seq, tag);
   h.dtype = dtype;
   h.count = count;
   Deadline deadline = Deadline::after(cfg_.timeout);
@@ -725,15 +719,20 @@ void Communicator::postControl(int peer, const FrameHeader& h) {
   }
 }
 
-void Communicator::sendCts(int peer, uint64_t seq, uint32_t tag) {
+FrameHeader Communicator::p2pHeader(uint64_t seq, uint32_t tag) const {
   FrameHeader h;
-  h.type = FrameType::kCts;
   h.flags = kFlagP2P;
   h.group = identity_.group;
   h.seq = seq;
   h.slot = tag;
   h.src = identity_.rank;
   h.op = OpKind::kSendRecv;
+  return h;
+}
+
+void Communicator::sendCts(int peer, uint64_t seq, uint32_t tag) {
+  FrameHeader h = p2pHeader(seq, tag);
+  h.type = FrameType::kCts;
   postControl(peer, h);
 }
 

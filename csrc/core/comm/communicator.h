@@ -164,6 +164,8 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   void sendCts(int peer, uint64_t seq, uint32_t tag);
   void watch(Deadline deadline, std::weak_ptr<Transfer> t);
   void kickWatchdog();
+  // Header of point-to-point message #seq with `tag` from this rank.
+  FrameHeader p2pHeader(uint64_t seq, uint32_t tag) const;
   void p2pDone(const std::shared_ptr<Work>& work, Transfer& t);
   std::vector<std::shared_ptr<Connection>> allConnections() const;
 
