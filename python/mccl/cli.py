@@ -74,20 +74,20 @@ def _doctor(a, argv) -> int:
     from .launch import LaunchError, run
 
     env = {"OMP_NUM_THREADS": "1"}
-    wrap = rank_env = None
+    placement = {}
     nproc = a.nproc
     if a.netlab:
         from .netlab import Lab, LabError
         try:
             lab = Lab.load(a.netlab)
+            nproc = nproc or len(lab.hosts)
+            placement = lab.launch_options(nproc)
         except LabError as e:
             print(f"mccl doctor: {e}", file=sys.stderr)
             return 1
-        nproc = nproc or len(lab.hosts)
-        wrap, rank_env = lab.prefix, lab.rank_env
     try:
         run([sys.executable, "-m", "mccl.cli", *argv], nproc or 2, timeout=a.timeout, stream_rank=0,
-            env=env, wrap=wrap, rank_env=rank_env)
+            env=env, **placement)
     except LaunchError as e:
         print(e, file=sys.stderr)
         return 1

@@ -192,6 +192,12 @@ class Lab:
         """argv prefix that runs a command on host h."""
         return ["ip", "netns", "exec", self.host(h).netns]
 
+    def launch_options(self, nproc: int) -> dict:
+        """mccl.launch.run() options that put rank r of an `nproc`-rank job on host r."""
+        if nproc > len(self.hosts):
+            raise LabError(f"{nproc} ranks but lab {self.name!r} has {len(self.hosts)} hosts")
+        return {"wrap": self.prefix, "rank_env": self.rank_env}
+
     def rank_env(self, rank: int) -> dict[str, str]:
         """Environment for rank `rank` of a job whose rank r runs on host r."""
         return {"MASTER_ADDR": self.hosts[0].address, "MCCL_SOCKET_IFNAME": "=eth0",

@@ -29,7 +29,7 @@ def run_workers(script: str, world: int, *args: str, timeout: float = 240.0,
     e.update(env or {})
     try:
         results = run(cmd, world, timeout=timeout, env=e, expect_exit=expect_exit,
-                      wrap=lab.prefix if lab else None, rank_env=lab.rank_env if lab else None)
+                      **(lab.launch_options(world) if lab else {}))
     except LaunchError as err:
         pytest.fail(str(err), pytrace=False)
     outs = [r.output for r in results]

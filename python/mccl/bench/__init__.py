@@ -150,13 +150,12 @@ def main(argv=None) -> int:
     from ..launch import LaunchError, run
 
     env = {"OMP_NUM_THREADS": "1"}
-    wrap = rank_env = None
+    placement = {}
     if args.netlab:
         from ..netlab import Lab, LabError
         try:
             lab = Lab.load(args.netlab)
-            if args.nproc > len(lab.hosts):
-                raise LabError(f"--nproc {args.nproc} but lab {args.netlab!r} has {len(lab.hosts)} hosts")
+            placement = lab.launch_options(args.nproc)
             if not lab.goodput:
                 print(f"# measuring the lab's TCP goodput first (iperf3, every ring link at once)", flush=True)
                 lab.measure_goodput()
@@ -165,10 +164,9 @@ def main(argv=None) -> int:
             return 2
         print(f"# {lab.describe()}".replace("\n", "\n# "), flush=True)
         env["MCCL_BENCH_GOODPUT_GBPS"] = str(lab.goodput["min_GBps"])
-        wrap, rank_env = lab.prefix, lab.rank_env
     try:
         run([sys.executable, "-m", "mccl.bench", *argv], args.nproc, timeout=args.timeout, stream_rank=0,
-            env=env, wrap=wrap, rank_env=rank_env)
+            env=env, **placement)
     except LaunchError as e:
         print(e, file=sys.stderr)
         return 1

@@ -30,13 +30,13 @@ def run(args) -> dict:
     if args.bf16:
         base.append("--bf16")
     env = {"OMP_NUM_THREADS": str(args.threads or 1)}
-    wrap = rank_env = None
+    placement = {}
     if args.netlab:
-        from ..netlab import Lab
-        lab = Lab.load(args.netlab)
-        if max(ns) > len(lab.hosts):
-            raise SystemExit(f"--ns asks for {max(ns)} ranks; lab {args.netlab!r} has {len(lab.hosts)} hosts")
-        wrap, rank_env = lab.prefix, lab.rank_env
+        from ..netlab import Lab, LabError
+        try:
+            placement = Lab.load(args.netlab).launch_options(max(ns))
+        except LabError as e:
+            raise SystemExit(f"mccl-bench scaling: {e}") from None
     runs = []
     print(f"# mccl-bench scaling: ViT preset {args.preset}, batch {args.batch}/rank, {args.steps} timed steps, "
           f"device {args.device}{', network lab ' + args.netlab if args.netlab else ', local ranks'}", flush=True)
@@ -47,7 +47,7 @@ def run(args) -> dict:
         for b in (["none"] if n == 1 else backends):
             cmd = base + ([] if n == 1 else ["--backend", b, "--measure-overlap"])
             try:
-                res = launch(cmd, n, timeout=args.timeout, env=env, wrap=wrap, rank_env=rank_env)
+                res = launch(cmd, n, timeout=args.timeout, env=env, **placement)
             except LaunchError as e:
                 raise SystemExit(str(e)) from None
             r = _result(res[0].output)
