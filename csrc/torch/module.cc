@@ -2,10 +2,12 @@
 // in python/mccl/__init__.py, which calls ProcessGroupMCCL's constructor.
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
 #include "backend.h"
+#include "c10d_ops.h"
 #include "algo/model.h"
 #include "comm/cost_model.h"
 #include "reduce/reduce.h"
@@ -22,6 +24,25 @@ PYBIND11_MODULE(_C, m) {
         "Whether MCCL_FAKE_DEVICE_FOR_TESTING routes CPU tensors through the fake device");
   m.def("_fake_device_violations", &mccl::torch_adapter::fakeDeviceViolations,
         "Calls from MCCL threads that only the op's calling thread may make (fake device)");
+
+  // c10d's ops have no MPS kernels in PyTorch: MCCL's boxed ones serve them.
+  mccl::torch_adapter::registerMpsKernels();
+  m.def("_mps_kernels", &mccl::torch_adapter::registeredMpsKernels,
+        "c10d ops MCCL registered MPS kernels for when it loaded (those torch lacks)");
+  m.def(
+      "_register_boxed_kernels_for_testing",
+      [](const std::string& ns, const std::string& key) {
+        return mccl::torch_adapter::registerBoxedC10dKernels(ns, c10::parseDispatchKey(key));
+      },
+      "Registers MCCL's boxed c10d kernels on namespace `ns` for dispatch key `key` (tests "
+      "define copies of c10d's schemas of several torch versions there)");
+  m.def(
+      "_script_reduce_op",
+      [](int op) {
+        auto r = c10::make_intrusive<c10d::ReduceOp>(static_cast<c10d::ReduceOp::RedOpType>(op));
+        return torch::jit::toPyObject(c10::IValue(std::move(r)));
+      },
+      "A c10d ReduceOp as the TorchScript object c10d's dispatcher ops take (tests)");
 
   py::class_<ProcessGroupMCCL, c10d::Backend, c10::intrusive_ptr<ProcessGroupMCCL>>(
       m, "ProcessGroupMCCL")
