@@ -24,8 +24,9 @@ void checkTensor(const Communicator& comm, const at::Tensor& t, const char* op) 
   TORCH_CHECK_VALUE(t.defined(), who(comm, op), ": undefined tensor");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, who(comm, op), ": ", t.layout(),
                     " tensors are not supported; use dense (strided) tensors");
-  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), who(comm, op), ": tensor on ",
-                    t.device(), "; mccl takes CPU and CUDA tensors (MPS support is not finished)");
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda() || t.device().is_mps(),
+                    who(comm, op), ": tensor on ", t.device(),
+                    "; mccl takes CPU, CUDA and MPS tensors");
 }
 
 void checkSingle(const Communicator& comm, const std::vector<at::Tensor>& ts, const char* op) {

@@ -1,5 +1,7 @@
 #include "device.h"
 
+#include "mps_device.h"
+
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
@@ -98,6 +100,7 @@ std::shared_ptr<DeviceOps> deviceOpsFor(c10::Device device) {
       if (auto ops = gFactory(device)) return ops;
     }
   }
+  if (device.is_mps()) return makeMpsDeviceOps(metalPort("mccl"), device);
   return makeC10DeviceOps(device);
 }
 
@@ -109,11 +112,22 @@ void DeviceStage::begin() {
   begun_ = true;
   // Everything the caller queued before this op (producing the inputs, or
   // still reading the outputs) happens before the side stream touches them.
-  ops_->sideWaits(ops_->recordCurrent());
+  produced_ = ops_->recordCurrent();
+  ops_->sideWaits(produced_);
+}
+
+at::Tensor DeviceStage::view(const at::Tensor& dev) {
+  at::Tensor v = ops_->hostView(dev);
+  if (v.defined()) {
+    viewed_ = true;
+    keep_.push_back(dev);
+  }
+  return v;
 }
 
 at::Tensor DeviceStage::stageIn(const at::Tensor& dev) {
   begin();
+  if (at::Tensor v = view(dev); v.defined()) return v;
   at::Tensor host = ops_->hostLike(dev);
   ops_->toHost(host, dev);
   ops_->useOnSide(dev);
@@ -125,19 +139,30 @@ at::Tensor DeviceStage::stageIn(const at::Tensor& dev) {
 
 at::Tensor DeviceStage::stageOut(const at::Tensor& dev) {
   begin();
+  ops_->checkWritable(dev, who_);
+  if (at::Tensor v = view(dev); v.defined()) return v;
   at::Tensor host = ops_->hostLike(dev);
   back_.emplace_back(dev, host);
   return host;
 }
 
 at::Tensor DeviceStage::stageInOut(const at::Tensor& dev) {
+  begin();
+  ops_->checkWritable(dev, who_);
+  if (at::Tensor v = view(dev); v.defined()) return v;
   at::Tensor host = stageIn(dev);
   back_.emplace_back(dev, host);
   return host;
 }
 
 EventPtr DeviceStage::seal() {
-  if (copiedIn_) staged_ = ops_->recordSide();
+  // The core may touch the host buffers once the copies in are done, and
+  // device memory it works on in place once the caller's stream is past it.
+  if (copiedIn_) {
+    staged_ = ops_->recordSide();
+  } else if (viewed_) {
+    staged_ = produced_;
+  }
   return staged_;
 }
 

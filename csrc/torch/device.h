@@ -56,6 +56,12 @@ class DeviceOps {
   virtual void currentWaits(const EventPtr& e) = 0;
   // Pinned host memory shaped like `dev`, contiguous.
   virtual at::Tensor hostLike(const at::Tensor& dev) = 0;
+  // A CPU tensor aliasing `dev`'s memory when the device's memory is
+  // CPU-visible (MPS Shared storage): the core then works in place, after the
+  // caller's stream has passed recordCurrent(). Undefined when not.
+  virtual at::Tensor hostView(const at::Tensor& dev) { return {}; }
+  // Throws (naming `who`) when results cannot be written into `dev`.
+  virtual void checkWritable(const at::Tensor& dev, const std::string& who) {}
   // `t` is in use on the side stream: its memory must not be reused before.
   virtual void useOnSide(const at::Tensor& t) = 0;
   // Runs `fn` with the side stream as the current stream (completing thread).
@@ -91,12 +97,15 @@ class DeviceStage {
   DeviceStage(std::shared_ptr<DeviceOps> ops, std::string who);
 
   c10::Device device() const { return ops_->device(); }
-  // Host buffer holding `dev`'s contents once staged() has completed.
+  // Host memory holding `dev`'s contents once staged() has completed: a view
+  // of the device memory where the device allows (hostView), else a copy.
   at::Tensor stageIn(const at::Tensor& dev);
   // Host buffer whose contents go to `dev` in finish().
   at::Tensor stageOut(const at::Tensor& dev);
   // Host buffer both ways.
   at::Tensor stageInOut(const at::Tensor& dev);
+  // Throws when results cannot be written into `dev` (before the op runs).
+  void checkWritable(const at::Tensor& dev) { ops_->checkWritable(dev, who_); }
   // Also copy `host` (a view of a staged buffer) into `dev` in finish().
   void copyBackLater(const at::Tensor& dev, const at::Tensor& host) { back_.emplace_back(dev, host); }
   // After the last stage*: the event the submit thread must wait for (null
@@ -116,11 +125,14 @@ class DeviceStage {
 
  private:
   void begin();
+  at::Tensor view(const at::Tensor& dev);
 
   std::shared_ptr<DeviceOps> ops_;
   std::string who_;
   bool begun_ = false;
   bool copiedIn_ = false;
+  bool viewed_ = false;  // the core works in the device memory of some tensor
+  EventPtr produced_;
   EventPtr staged_;
   EventPtr done_;
   std::vector<std::pair<at::Tensor, at::Tensor>> back_;  // (device, host)

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "c10d_ops.h"
+#include "fake_gpu.h"
 #include "algo/model.h"
 #include "comm/cost_model.h"
 #include "reduce/reduce.h"
@@ -24,6 +25,18 @@ PYBIND11_MODULE(_C, m) {
         "Whether MCCL_FAKE_DEVICE_FOR_TESTING routes CPU tensors through the fake device");
   m.def("_fake_device_violations", &mccl::torch_adapter::fakeDeviceViolations,
         "Calls from MCCL threads that only the op's calling thread may make (fake device)");
+  m.def(
+      "_fake_device_kernel",
+      [](at::Tensor t, double value, int64_t delayUs) {
+        auto* stream = mccl::torch_adapter::fakeCallerStream();
+        TORCH_CHECK(stream != nullptr, "no fake device (set MCCL_FAKE_DEVICE_FOR_TESTING)");
+        stream->enqueue([t, value, delayUs]() mutable {
+          std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+          t.fill_(value);
+        });
+      },
+      "Queues a 'kernel' on the fake device's caller stream that fills `t` with `value` after "
+      "`delay_us` (tests: an op must see the value, however late)");
 
   // c10d's ops have no MPS kernels in PyTorch: MCCL's boxed ones serve them.
   mccl::torch_adapter::registerMpsKernels();

@@ -129,7 +129,10 @@ DeviceStage& Staging::stage(const at::Tensor& t) {
 }
 
 std::vector<c10::Device> Staging::devices() const {
-  if (!dev_ || dev_->device().is_cpu()) return {};  // the fake device: a plain Future
+  // Devices whose completion already waited for the copies (MPS, the fake
+  // devices) get a plain Future: nothing may touch their streams from
+  // MCCL's threads.
+  if (!dev_ || !dev_->ops().futureOrdersStreams()) return {};
   return {dev_->device()};
 }
 
@@ -172,6 +175,7 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
   if (writeBack) {
     int64_t at = 0;
     for (const auto& t : ts) {
+      if (stagedOnDevice(t)) stage(t).checkWritable(t);
       copyBack_.emplace_back(t, buf.narrow(0, at, t.numel()).view(t.sizes()));
       at += t.numel();
     }

@@ -12,7 +12,7 @@ created; ``mccl.params()`` lists them with their defaults.
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from . import _C
+from . import _C, _mps
 from ._backend import register
 
 __version__ = "0.1.0"
@@ -30,3 +30,4 @@ def reduce_supported(dtype: str, op: str) -> bool:
 
 
 register()
+_mps.install()

@@ -2,6 +2,7 @@
 through test namespaces holding the schemas of torch 2.5, 2.7 and this
 torch, and the MPS device adapter's ordering through a fake Metal port."""
 
+import pytest
 import torch
 
 import mccl
@@ -21,3 +22,64 @@ def test_boxed_kernels_serve_three_schema_versions():
     outs = run_workers("boxed_ops.py", 3, timeout=240)
     for v in ("v25", "v27", "now"):
         assert f"{v}: " in outs[0], outs[0]
+
+
+FAKE_MPS = {"shared": {"MCCL_FAKE_DEVICE_FOR_TESTING": "mps-shared:300"},
+            "private": {"MCCL_FAKE_DEVICE_FOR_TESTING": "mps-private:300"}}
+
+
+@pytest.mark.parametrize("mode", ["shared", "private"])
+def test_fake_mps_staging_orders_fence_and_copies(mode):
+    # Shared: the core works in the tensors' memory after the fence;
+    # private: blits on MCCL's own queue into poisoned shared buffers.
+    run_workers("device_staging.py", 3, "cpu", env=FAKE_MPS[mode], timeout=300)
+
+
+@pytest.mark.parametrize("mode", ["shared", "private"])
+def test_fake_mps_every_collective(mode):
+    outs = run_workers("collectives.py", 3, env=FAKE_MPS[mode], timeout=420)
+    assert "checks passed" in outs[0]
+
+
+def test_fsdp2_ops_get_mps_kernels():
+    from mccl import _mps
+    _mps.install_fsdp_kernels("MPS")
+    for op in ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat", "copy_"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fsdp::{op}", "MPS"), op
+    # The MPS kernel runs FSDP2's own implementation (called here on CPU
+    # tensors by dispatching straight to the MPS key).
+    ks = torch._C.DispatchKeySet(torch._C.DispatchKey.MPS)
+    parts = [torch.arange(6.0).view(2, 3), torch.arange(4.0).view(2, 2)]
+    got, want = torch.zeros(2, 5), torch.zeros(2, 5)
+    torch.ops.fsdp.chunk_cat.default.redispatch(ks, parts, 0, 2, out=got)
+    torch.ops.fsdp.chunk_cat.default(parts, 0, 2, out=want)
+    assert torch.equal(got, want) and want.abs().sum() > 0
+    dst = torch.zeros(3)
+    torch.ops.fsdp.copy_.default.redispatch(ks, dst, torch.tensor([1.0, 2.0, 3.0]))
+    assert dst.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_stream_shim_gives_fsdp2_one_stream():
+    import types
+    from mccl import _mps
+
+    recorded = []
+
+    class Event:
+        def record(self):
+            recorded.append(self)
+
+    fake = types.SimpleNamespace(Event=Event, synchronize=lambda: None)
+    added = _mps.install_stream_shim(fake)
+    assert set(added) >= {"Stream", "current_stream", "stream", "current_device"}
+    s = fake.Stream(priority=-1)
+    assert s == fake.current_stream() and hash(s) == hash(fake.current_stream())
+    s.wait_stream(fake.current_stream())
+    e = s.record_event()
+    assert recorded == [e]
+    with fake.stream(s):
+        pass
+    assert fake.current_device() == 0
+    # An existing attribute is left alone.
+    fake2 = types.SimpleNamespace(Event=Event, Stream=int, synchronize=lambda: None)
+    assert "Stream" not in _mps.install_stream_shim(fake2) and fake2.Stream is int

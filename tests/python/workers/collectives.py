@@ -5,6 +5,8 @@ tensors and several roots."""
 
 import zlib
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -64,17 +66,29 @@ for dtype in ALL_DTYPES:
             raise AssertionError(f"all_reduce {dtype} {op} should be refused")
 
 # Non-contiguous input (a transposed view) and a tensor that is a slice.
+# MPS memory in Private storage cannot take strided results (the fake MPS
+# device in private mode): a clear error instead.
+PRIVATE_MPS = os.environ.get("MCCL_FAKE_DEVICE_FOR_TESTING", "").startswith("mps-private")
 base = value(torch.float32, "SUM", rank, 6 * 7, 1).view(6, 7)
 nc = base.t()
 assert not nc.is_contiguous()
-dist.all_reduce(nc)
-ok(base, reference(torch.float32, "SUM", world, 42, 1).view(6, 7), "SUM", "all_reduce non-contiguous")
-big = value(torch.int64, "SUM", rank, 100, 2)
-sl = big[10:90:3]
-dist.all_reduce(sl)
-want = value(torch.int64, "SUM", rank, 100, 2)
-want[10:90:3] = reference(torch.int64, "SUM", world, 100, 2)[10:90:3]
-ok(big, want, "SUM", "all_reduce strided slice (rest untouched)")
+if PRIVATE_MPS:
+    try:
+        dist.all_reduce(nc)
+        raise AssertionError("a strided Private MPS output was accepted")
+    except ValueError as e:
+        assert "Private storage" in str(e) and "allreduce" in str(e), e
+    checks += 1
+else:
+    assert not nc.is_contiguous()
+    dist.all_reduce(nc)
+    ok(base, reference(torch.float32, "SUM", world, 42, 1).view(6, 7), "SUM", "all_reduce non-contiguous")
+    big = value(torch.int64, "SUM", rank, 100, 2)
+    sl = big[10:90:3]
+    dist.all_reduce(sl)
+    want = value(torch.int64, "SUM", rank, 100, 2)
+    want[10:90:3] = reference(torch.int64, "SUM", world, 100, 2)[10:90:3]
+    ok(big, want, "SUM", "all_reduce strided slice (rest untouched)")
 
 # Complex: SUM on (re, im) pairs.
 c = torch.complex(value(torch.float32, "SUM", rank, 17, 3), value(torch.float32, "SUM", rank, 17, 4))
@@ -110,6 +124,8 @@ for dtype in ALL_DTYPES + [torch.complex128]:
 # Broadcast into a non-contiguous tensor.
 src = value(torch.int32, "SUM", 0, 35, 9).view(5, 7)
 t = (src.clone() if rank == 0 else torch.zeros(7, 5, dtype=torch.int32)).t() if rank != 0 else src.clone()
+if PRIVATE_MPS:  # rank 0's is contiguous; the others are refused before anything is sent
+    t = src.clone() if rank == 0 else torch.zeros(5, 7, dtype=torch.int32)
 dist.broadcast(t, src=0)
 ok(t.contiguous(), src, "SUM", "broadcast non-contiguous")
 
@@ -155,7 +171,15 @@ for dtype in ALL_DTYPES:
 # Outputs that are non-contiguous views.
 store = torch.zeros(13, world, dtype=torch.float64)
 outs = [store[:, r] for r in range(world)]
-dist.all_gather(outs, value(torch.float64, "SUM", rank, 13, 4))
+if PRIVATE_MPS:
+    try:
+        dist.all_gather(outs, value(torch.float64, "SUM", rank, 13, 4))
+        raise AssertionError("strided Private MPS outputs were accepted")
+    except ValueError as e:
+        assert "Private storage" in str(e) and "allgather" in str(e), e
+    store = torch.stack([value(torch.float64, "SUM", r, 13, 4) for r in range(world)], 1)
+else:
+    dist.all_gather(outs, value(torch.float64, "SUM", rank, 13, 4))
 for r in range(world):
     ok(store[:, r].contiguous(), value(torch.float64, "SUM", r, 13, 4), "SUM", "all_gather into column views")
 

@@ -8,6 +8,7 @@ usage: device_staging.py [cpu|cuda]
 """
 
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -77,6 +78,26 @@ for p, q in zip(model.parameters(), ref.parameters()):
     assert torch.allclose(p.detach().cpu(), q.detach(), atol=1e-5), (p.flatten()[:3], q.flatten()[:3])
 
 if mccl._C._fake_device_enabled():
+    # Inputs written by a "kernel" still queued on the caller's stream when
+    # the op is called, and outputs the stream still writes (an op that read
+    # or wrote before the stream got there would see or lose them).
+    for n in (1, 4099):
+        x = torch.zeros(n)
+        mccl._C._fake_device_kernel(x, float(rank + 1), 20_000)
+        w = dist.all_reduce(x, async_op=True)
+        w.wait()
+        assert torch.all(x == tri), (n, x[:4])
+        out = torch.zeros(world * n)
+        mccl._C._fake_device_kernel(out, -1.0, 20_000)  # the caller's earlier use of `out`
+        dist.all_gather_into_tensor(out, torch.full((n,), float(rank)))
+        assert torch.equal(out, torch.arange(world).repeat_interleave(n).float()), out[:4]
+        # Coalesced: flattened (torch.cat) before staging; on the fake device
+        # host ops are not stream-ordered, so no late kernel here.
+        a, b = torch.zeros(3), torch.full((n,), float(rank))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            dist.all_reduce_coalesced([a, b])
+        assert torch.all(a == 0) and torch.all(b == tri - world), (a, b[:4])
     v = mccl._C._fake_device_violations()
     assert v == 0, f"{v} calls into the caller's stream came from MCCL threads"
 print(f"device staging OK on {dev}", flush=True)

@@ -1,0 +1,62 @@
+// MPS tensors (Apple Silicon): DeviceOps over a MetalPort.
+//
+// Only the thread that submits an op touches PyTorch's MPS stream: there it
+// encodes a signal of MCCL's shared event (the fence) after everything
+// queued so far. MCCL's threads never call into PyTorch's MPS runtime: they
+// wait for event values and touch raw memory or MCCL's own command queue.
+//   - Shared storage (CPU-visible): the core reads and writes the tensor's
+//     memory in place once the fence has passed (zero copy).
+//   - Private storage: blits on MCCL's own queue copy to and from Shared
+//     buffers MCCL owns; the first blit waits (on the GPU) for the fence.
+// Completion waits on the host for MCCL's copies and then completes Work and
+// a device-less Future (so DDP's future->wait() sees final values).
+//
+// The Metal calls sit behind MetalPort: mps_metal.mm implements it on macOS;
+// fake_mps.cc implements it on Linux for tests (a serial fake "stream",
+// delayed kernels and blits, poisoned buffers, and a count of fence calls
+// made from MCCL's threads).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "device.h"
+
+namespace mccl::torch_adapter {
+
+class MetalPort {
+ public:
+  virtual ~MetalPort() = default;
+  // Op's calling thread only: PyTorch's MPS stream signals the returned
+  // value on the fence event once everything queued before it has run.
+  virtual uint64_t fence() = 0;
+  // Any thread: the fence event's value.
+  virtual uint64_t fenceValue() const = 0;
+  // CPU address of `t`'s first element when its memory is CPU-visible
+  // (Shared storage); nullptr when it is Private.
+  virtual void* cpuAddress(const at::Tensor& t) = 0;
+  // A contiguous CPU tensor shaped like `dev`, in a Shared buffer MCCL owns.
+  virtual at::Tensor sharedLike(const at::Tensor& dev) = 0;
+  // MCCL's own queue, in order: after the fence has reached `after`, copy
+  // `dev` (contiguous, Private) into `shared` (from sharedLike); returns the
+  // value MCCL's copy event reaches when the copy is done.
+  virtual uint64_t copyOut(const at::Tensor& shared, const at::Tensor& dev, uint64_t after) = 0;
+  // MCCL's own queue: after the fence has reached `after`, copy host
+  // memory `src` (contiguous) into `dev` (contiguous).
+  virtual uint64_t copyIn(const at::Tensor& dev, const at::Tensor& src, uint64_t after) = 0;
+  // Values are handed out in the order the copies are queued (copies are
+  // queued from the caller's and from MCCL's threads).
+  // Any thread: MCCL's copy event's value.
+  virtual uint64_t copyValue() const = 0;
+};
+
+// DeviceOps for one op on `device`, through `port` (shared by every op).
+std::shared_ptr<DeviceOps> makeMpsDeviceOps(std::shared_ptr<MetalPort> port, c10::Device device);
+
+// The process's Metal port (mps_metal.mm on macOS); throws naming `who`
+// where MPS is not available (every other platform).
+std::shared_ptr<MetalPort> metalPort(const std::string& who);
+
+}  // namespace mccl::torch_adapter

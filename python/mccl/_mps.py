@@ -1,0 +1,126 @@
+"""What FSDP2 needs on MPS that PyTorch does not provide.
+
+- FSDP2's custom ops (``fsdp::all_gather_copy_in``, ``split_with_sizes_copy``,
+  ``chunk_cat``, ``copy_``) have kernels for CPU, CUDA, XPU, ... but not MPS.
+  Their CPU implementations are plain tensor code that runs on any device, so
+  they are registered for MPS as well.
+- FSDP2 asks the device module (``torch.mps``) for ``Stream``,
+  ``current_stream``, ``stream`` and ``current_device``, which torch.mps lacks
+  before 2.14. MPS has one stream, in order, so the shim's streams are that
+  one stream: waits between them are no-ops, and events are torch.mps events.
+
+``import mccl`` applies both where torch is built with MPS (macOS); tests on
+Linux call them directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+import torch
+
+# (module, function) of FSDP2's CPU implementation of each op, by op name.
+_FSDP_OPS = {
+    "all_gather_copy_in": ("torch.distributed.fsdp._fully_shard._fsdp_collectives", "all_gather_copy_in_cuda"),
+    "split_with_sizes_copy": ("torch.distributed.fsdp._fully_shard._fsdp_collectives", "split_with_sizes_copy"),
+    "chunk_cat": ("torch.distributed.fsdp._fully_shard._fsdp_collectives", "chunk_cat"),
+    "copy_": ("torch.distributed.fsdp._fully_shard._fsdp_param", "copy_"),
+}
+_libs: list = []
+
+
+def install_fsdp_kernels(dispatch_key: str = "MPS") -> list[str]:
+    """Registers FSDP2's own implementations of its ops for ``dispatch_key``
+    where it has none; returns the op names registered."""
+    done = []
+    lib = None
+    for op, (module, fn_name) in _FSDP_OPS.items():
+        try:
+            fn = getattr(importlib.import_module(module), fn_name)
+        except (ImportError, AttributeError):
+            continue  # a torch without FSDP2, or one that renamed it
+        if not hasattr(torch.ops.fsdp, op):
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(f"fsdp::{op}", dispatch_key):
+            continue
+        if lib is None:
+            lib = torch.library.Library("fsdp", "IMPL", dispatch_key)
+            _libs.append(lib)
+        lib.impl(op, fn)
+        done.append(op)
+    return done
+
+
+class _OneStream:
+    """MPS's single in-order stream, as FSDP2 uses a CUDA stream."""
+
+    def __init__(self, device=None, priority: int = 0, **_):
+        self.device = torch.device("mps")
+        self.priority = priority
+
+    def wait_stream(self, other) -> None:  # one stream: already ordered
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def record_event(self, event=None):
+        event = event if event is not None else _event_type()()
+        event.record()
+        return event
+
+    def synchronize(self) -> None:
+        _module().synchronize()
+
+    def query(self) -> bool:
+        return True
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _OneStream)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+_mod = None
+
+
+def _module():
+    return _mod if _mod is not None else torch.mps
+
+
+def _event_type():
+    return getattr(_module(), "Event")
+
+
+def install_stream_shim(module=None) -> list[str]:
+    """Adds the stream API FSDP2 uses to ``module`` (default ``torch.mps``)
+    where it is missing; returns the names added."""
+    global _mod
+    module = module if module is not None else torch.mps
+    _mod = module
+    one = _OneStream()
+    shims = {
+        "Stream": _OneStream,
+        "current_stream": lambda device=None: one,
+        "default_stream": lambda device=None: one,
+        "stream": lambda s=None: contextlib.nullcontext(s),
+        "current_device": lambda: 0,
+        "set_device": lambda device: None,
+    }
+    added = []
+    for name, value in shims.items():
+        if not hasattr(module, name):
+            setattr(module, name, value)
+            added.append(name)
+    return added
+
+
+def install() -> None:
+    """What ``import mccl`` does on builds of torch with MPS."""
+    if torch.backends.mps.is_built():
+        install_stream_shim()
+        # FSDP2's ops exist once its modules are imported; importing them here
+        # costs little next to a training job.
+        install_fsdp_kernels("MPS")
