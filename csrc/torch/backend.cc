@@ -81,6 +81,33 @@ std::vector<P> blocks(const View& v, int n, size_t count) {
 
 }  // namespace
 
+bool ProcessGroupMCCL::inPieces(const at::Tensor& t) const {
+  // Decided from sizes only, so every rank of a mixed CPU/device group
+  // splits an op the same way.
+  size_t piece = comm_->config().pieceBytes;
+  return piece > 0 && t.is_contiguous() && t.nbytes() >= 2 * piece;
+}
+
+template <typename MakeOp>
+WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* title,
+                                      const char* op, MakeOp&& makeOp) {
+  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(comm_->config().pieceBytes) /
+                                               static_cast<int64_t>(t.element_size()));
+  at::Tensor flat = t.view({-1});
+  std::vector<Staging> pieces;
+  std::vector<std::shared_ptr<Work>> cores;
+  for (int64_t at = 0; at < flat.numel(); at += per) {
+    Staging st(who(*comm_, op));
+    View v = st.inout(flat.narrow(0, at, std::min(per, flat.numel() - at)));
+    cores.push_back(submit(st, makeOp(v)));
+    pieces.push_back(std::move(st));
+  }
+  auto work = c10::make_intrusive<WorkMCCL>(comm_->rank(), type, title, std::vector<at::Tensor>{t},
+                                            std::vector<at::Tensor>{t}, pieces[0].devices());
+  work->trackPieces(std::move(cores), std::move(pieces));
+  return work;
+}
+
 template <typename F>
 std::shared_ptr<Work> ProcessGroupMCCL::submit(Staging& st, F&& fn) {
   const auto& stage = st.device();
@@ -162,15 +189,23 @@ WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
   }
   checkSingle(*comm_, tensors, op);
   CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), who(*comm_, op));
+  auto options = [&](const View& v) {
+    AllreduceOptions o;
+    o.buf = v.data;
+    o.count = v.count;
+    o.dtype = v.dtype;
+    o.op = red.op;
+    o.premulFactor = red.premulFactor;
+    o.timeout = opTimeout(opts.timeout);
+    return o;
+  };
+  if (inPieces(tensors[0])) {
+    return runInPieces(tensors[0], OpType::ALLREDUCE, "mccl:all_reduce", op, [&](const View& v) {
+      return [o = options(v), this] { return mccl::allreduce(*comm_, o); };
+    });
+  }
   Staging st(who(*comm_, op));
-  View v = st.inout(tensors[0]);
-  AllreduceOptions o;
-  o.buf = v.data;
-  o.count = v.count;
-  o.dtype = v.dtype;
-  o.op = red.op;
-  o.premulFactor = red.premulFactor;
-  o.timeout = opTimeout(opts.timeout);
+  AllreduceOptions o = options(st.inout(tensors[0]));
   auto w = submit(st, [=, this] { return mccl::allreduce(*comm_, o); });
   return finish(*comm_, OpType::ALLREDUCE, "mccl:all_reduce", tensors, tensors, {w}, std::move(st));
 }
@@ -214,10 +249,17 @@ WorkPtr ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
   checkRoot(*comm_, opts.rootRank, op);
   TORCH_CHECK_VALUE(opts.rootTensor == 0, who(*comm_, op), ": rootTensor must be 0, got ",
                     opts.rootTensor);
+  auto options = [&](const View& v) {
+    return BroadcastOptions{v.data, v.count, v.dtype, static_cast<int>(opts.rootRank),
+                            opTimeout(opts.timeout)};
+  };
+  if (inPieces(tensors[0])) {
+    return runInPieces(tensors[0], OpType::BROADCAST, "mccl:broadcast", op, [&](const View& v) {
+      return [o = options(v), this] { return mccl::broadcast(*comm_, o); };
+    });
+  }
   Staging st(who(*comm_, op));
-  View v = st.inout(tensors[0]);
-  BroadcastOptions o{v.data, v.count, v.dtype, static_cast<int>(opts.rootRank),
-                     opTimeout(opts.timeout)};
+  BroadcastOptions o = options(st.inout(tensors[0]));
   auto w = submit(st, [=, this] { return mccl::broadcast(*comm_, o); });
   return finish(*comm_, OpType::BROADCAST, "mccl:broadcast", tensors, tensors, {w}, std::move(st));
 }

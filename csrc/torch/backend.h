@@ -96,6 +96,14 @@ class ProcessGroupMCCL : public c10d::Backend {
   // staged, or earlier ops queued) through queue_ in call order.
   template <typename F>
   std::shared_ptr<Work> submit(Staging& st, F&& fn);
+  // Whether an all_reduce / broadcast of `t` runs in pieces (MCCL_PIECE_BYTES).
+  bool inPieces(const at::Tensor& t) const;
+  // Runs the op on consecutive pieces of `t` (contiguous), one core op each
+  // (`makeOp(view)` returns the submit body); device pieces are staged and
+  // copied back one by one, overlapping the network.
+  template <typename MakeOp>
+  c10::intrusive_ptr<c10d::Work> runInPieces(at::Tensor& t, c10d::OpType type, const char* title,
+                                             const char* op, MakeOp&& makeOp);
 
   std::shared_ptr<Communicator> comm_;
   SubmitQueue queue_;

@@ -179,18 +179,31 @@ void DeviceStage::waitStaged(const EventPtr& staged,
   }
 }
 
-void DeviceStage::finish(const std::function<void()>& complete) {
-  ops_->withSideCurrent([&] {
-    for (auto& [dev, host] : back_) {
-      ops_->toDevice(dev, host);
-      ops_->useOnSide(dev);
-    }
+void DeviceStage::copyBack() {
+  for (auto& [dev, host] : back_) {
+    ops_->toDevice(dev, host);
+    ops_->useOnSide(dev);
+  }
+  back_.clear();
+  done_ = ops_->recordSide();
+}
+
+void DeviceStage::complete(const std::vector<EventPtr>& after,
+                           const std::function<void()>& complete) {
+  if (!after.empty() || !done_) {
+    for (const auto& e : after) ops_->sideWaits(e);
     done_ = ops_->recordSide();
-    back_.clear();
-    keep_.clear();
+  }
+  keep_.clear();
+  ops_->withSideCurrent([&] {
     if (!ops_->futureOrdersStreams()) ops_->currentWaits(done_);
     complete();
   });
+}
+
+void DeviceStage::finish(const std::function<void()>& complete) {
+  copyBack();
+  this->complete({}, complete);
 }
 
 }  // namespace mccl::torch_adapter

@@ -117,6 +117,12 @@ class DeviceStage {
   // Completing thread: copies results back and runs `complete` (which marks
   // Work and Future) with the side stream current.
   void finish(const std::function<void()>& complete);
+  // finish() in two steps, for ops run in pieces: copyBack() queues the
+  // copies back as soon as a piece is done; complete() then runs once for
+  // the whole op, after the side stream has also waited for `after` (the
+  // other pieces' done events).
+  void copyBack();
+  void complete(const std::vector<EventPtr>& after, const std::function<void()>& complete);
   // On failure, before finish(): nothing is copied back.
   void dropCopyBacks() { back_.clear(); }
   // The event the results are ready at (after finish()).

@@ -184,6 +184,25 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
   return viewOf(buf);
 }
 
+void Staging::finishPiece(bool error) {
+  if (error) copyBack_.clear();
+  if (!dev_) return;  // CPU piece: the core wrote in place
+  if (error) dev_->dropCopyBacks();
+  for (auto& [dst, src] : copyBack_) dev_->copyBackLater(dst, src);
+  copyBack_.clear();
+  dev_->copyBack();
+}
+
+void Staging::finishJoined(const std::vector<EventPtr>& after,
+                           const std::function<void()>& complete) {
+  keep_.clear();
+  if (!dev_) {
+    complete();
+    return;
+  }
+  dev_->complete(after, complete);
+}
+
 void Staging::finish(bool error, const std::function<void()>& complete) {
   if (error) copyBack_.clear();  // nothing of a failed op reaches the caller's tensors
   if (!dev_) {
@@ -232,10 +251,36 @@ void WorkMCCL::track(std::vector<std::shared_ptr<mccl::Work>> core, Staging stag
   }
 }
 
+void WorkMCCL::trackPieces(std::vector<std::shared_ptr<mccl::Work>> core,
+                           std::vector<Staging> pieces) {
+  TORCH_INTERNAL_ASSERT(!core.empty() && core.size() == pieces.size());
+  core_ = std::move(core);
+  pieces_ = std::move(pieces);
+  description_ = core_[0]->description();
+  pending_.store(static_cast<int>(core_.size()));
+  c10::intrusive_ptr<WorkMCCL> self = c10::intrusive_ptr<WorkMCCL>::reclaim_copy(this);
+  for (size_t i = 0; i < core_.size(); ++i) {
+    core_[i]->onComplete([self, i] {
+      try {
+        self->pieces_[i].finishPiece(self->core_[i]->exception() != nullptr);
+      } catch (...) {
+        // A failed copy-back fails the op (reported when the last piece is done).
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        if (!self->pieceError_) self->pieceError_ = std::current_exception();
+      }
+      if (self->pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) self->onCoreDone();
+    });
+  }
+}
+
 void WorkMCCL::onCoreDone() {
   std::exception_ptr error;
   for (auto& w : core_) {
     if (!error) error = w->exception();
+  }
+  if (!error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = pieceError_;
   }
   if (error) error = toTorchError(error);
   // Marks Work and Future; for device ops this runs with the side stream
@@ -246,7 +291,7 @@ void WorkMCCL::onCoreDone() {
       std::lock_guard<std::mutex> lock(mutex_);
       completed_ = true;
       exception_ = error;
-      done_ = staging_.device() ? staging_.device()->done() : nullptr;
+      done_ = lastStaging().device() ? lastStaging().device()->done() : nullptr;
     }
     if (error) {
       future_->setError(error);
@@ -256,7 +301,15 @@ void WorkMCCL::onCoreDone() {
     cv_.notify_all();
   };
   try {
-    staging_.finish(error != nullptr, complete);
+    if (pieces_.empty()) {
+      staging_.finish(error != nullptr, complete);
+    } else {
+      std::vector<EventPtr> after;
+      for (size_t i = 0; i + 1 < pieces_.size(); ++i) {
+        if (EventPtr e = pieces_[i].doneEvent()) after.push_back(e);
+      }
+      pieces_.back().finishJoined(after, complete);
+    }
   } catch (...) {
     // A failed copy-back: the op fails with it (complete() did not run).
     error = toTorchError(std::current_exception());
@@ -274,7 +327,7 @@ void WorkMCCL::synchronize() {
     std::lock_guard<std::mutex> lock(mutex_);
     done = done_;
   }
-  if (done && staging_.device()) staging_.device()->ops().currentWaits(done);
+  if (done && lastStaging().device()) lastStaging().device()->ops().currentWaits(done);
 }
 
 bool WorkMCCL::isCompleted() {

@@ -64,6 +64,14 @@ class Staging {
   // the device's side stream current for device ops). With `error`, skips
   // the copy-backs.
   void finish(bool error, const std::function<void()>& complete);
+  // Ops run in pieces (device tensors): this piece's core op is done; its
+  // copy-backs are queued now (skipped after an error).
+  void finishPiece(bool error);
+  // After every piece's finishPiece: completes the op through this piece's
+  // stage once the side stream has waited for `after` too.
+  void finishJoined(const std::vector<EventPtr>& after, const std::function<void()>& complete);
+  // The piece's done event (after finishPiece; null when nothing was copied).
+  EventPtr doneEvent() const { return dev_ ? dev_->done() : nullptr; }
   void keep(const at::Tensor& t) { keep_.push_back(t); }
   // The device op's stage (null for CPU-only ops). seal() it before the core
   // may read the inputs.
@@ -91,6 +99,9 @@ class WorkMCCL : public c10d::Work {
 
   // Completes when every core op does; call once, after construction.
   void track(std::vector<std::shared_ptr<mccl::Work>> core, Staging staging);
+  // An op run in pieces: core[i] works on pieces[i]; each piece's results are
+  // copied back as soon as it is done. Call once instead of track().
+  void trackPieces(std::vector<std::shared_ptr<mccl::Work>> core, std::vector<Staging> pieces);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -104,11 +115,14 @@ class WorkMCCL : public c10d::Work {
 
  private:
   void onCoreDone();
+  Staging& lastStaging() { return pieces_.empty() ? staging_ : pieces_.back(); }
 
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> inputs_;
   std::vector<std::shared_ptr<mccl::Work>> core_;
   Staging staging_;
+  std::vector<Staging> pieces_;
+  std::exception_ptr pieceError_;  // a piece's failed copy-back
   EventPtr done_;  // device ops: results are in place when this completes
   std::atomic<int> pending_{0};
   c10::intrusive_ptr<c10::ivalue::Future> future_;

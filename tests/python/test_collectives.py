@@ -19,3 +19,10 @@ def test_collectives_with_pipelined_striped_transport(world):
     env = {"MCCL_CHECKSUM": "1", "MCCL_CHUNK_BYTES": "4096", "MCCL_FRAME_BYTES": "4096", "MCCL_NSOCKS_PER_PEER": "3",
            "MCCL_UNEXPECTED_BYTES": "16384", "MCCL_SMALL_BYTES": "0"}
     run_workers("collectives.py", world, env=env, timeout=420)
+
+
+@pytest.mark.parametrize("world", [2, 5])
+def test_collectives_in_pieces(world):
+    # all_reduce / broadcast above 2 x MCCL_PIECE_BYTES run as pieces.
+    outs = run_workers("collectives.py", world, env={"MCCL_PIECE_BYTES": "1K"}, timeout=420)
+    assert "checks passed" in outs[0]

@@ -22,6 +22,16 @@ def test_fake_device_every_collective():
     assert "checks passed" in outs[0]
 
 
+def test_fake_device_in_pieces():
+    # all_reduce and broadcast of more than 2 x MCCL_PIECE_BYTES run as
+    # pieces, each staged and copied back on its own (late-kernel checks and
+    # DDP included); and the whole collective suite with tiny pieces.
+    env = dict(FAKE, MCCL_PIECE_BYTES="64K")
+    run_workers("device_staging.py", 3, "cpu", env=env, timeout=300)
+    outs = run_workers("collectives.py", 3, env=dict(FAKE, MCCL_PIECE_BYTES="1K"), timeout=420)
+    assert "checks passed" in outs[0]
+
+
 @cuda
 @pytest.mark.parametrize("world", [2, 3])
 def test_cuda_staging_and_ddp(world):

@@ -23,6 +23,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.checksum = params::checksum() != 0;
   c.model = CostModel::load();
   c.inflightOps = static_cast<int>(params::inflightOps());
+  c.pieceBytes = static_cast<size_t>(params::pieceBytes());
   c.handshakeTimeout = std::chrono::milliseconds(params::handshakeTimeoutMs());
   c.validate();
   return c;
@@ -36,6 +37,8 @@ void CommConfig::validate() const {
   MCCL_USAGE_CHECK(socketBuffer >= 0, "MCCL_SOCKET_BUFFER must be >= 0, got ", socketBuffer);
   MCCL_USAGE_CHECK(chunkBytes >= 4096 && chunkBytes <= (size_t{1} << 30),
                    "MCCL_CHUNK_BYTES must be in [4K, 1G], got ", chunkBytes);
+  MCCL_USAGE_CHECK(pieceBytes == 0 || pieceBytes >= 1024,
+                   "MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got ", pieceBytes);
   MCCL_USAGE_CHECK(frameBytes >= 4096 && frameBytes <= (size_t{1} << 30),
                    "MCCL_FRAME_BYTES must be in [4K, 1G], got ", frameBytes);
   MCCL_USAGE_CHECK(unexpectedBytes >= frameBytes, "MCCL_UNEXPECTED_BYTES (", unexpectedBytes,
