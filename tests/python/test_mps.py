@@ -83,3 +83,25 @@ def test_stream_shim_gives_fsdp2_one_stream():
     # An existing attribute is left alone.
     fake2 = types.SimpleNamespace(Event=Event, Stream=int, synchronize=lambda: None)
     assert "Stream" not in _mps.install_stream_shim(fake2) and fake2.Stream is int
+
+
+mps = pytest.mark.skipif(not torch.backends.mps.is_available(),
+                         reason="needs Apple MPS (no Mac here; the fake-port tests above cover the logic)")
+
+
+@mps
+@pytest.mark.parametrize("world", [2, 3])
+def test_real_mps_staging_and_ddp(world):
+    run_workers("device_staging.py", world, "mps", timeout=300)
+
+
+@mps
+def test_real_mps_every_collective():
+    outs = run_workers("collectives.py", 3, env={"MCCL_TEST_DEVICE": "mps"}, timeout=600)
+    assert "checks passed" in outs[0]
+
+
+@mps
+def test_real_mps_with_cpu_ranks():
+    outs = run_workers("collectives.py", 4, env={"MCCL_TEST_DEVICE": "mps,mps,cpu,cpu"}, timeout=600)
+    assert "checks passed" in outs[0]

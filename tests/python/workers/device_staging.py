@@ -4,7 +4,7 @@ them, results through Work.wait and through the Future (as DDP waits), a
 DDP training step against a single-process reference, and no call from
 MCCL's threads into the caller's stream.
 
-usage: device_staging.py [cpu|cuda]
+usage: device_staging.py [cpu|cuda|mps]
 """
 
 import sys
@@ -20,7 +20,8 @@ device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 rank, world = init()
 if device == "cuda":
     torch.cuda.set_device(rank % torch.cuda.device_count())
-dev = torch.device(device, torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+dev = (torch.device(device, torch.cuda.current_device()) if device == "cuda"
+       else torch.device(device))
 tri = world * (world + 1) // 2
 
 # Many ops in flight; each input written just before its call (on the
