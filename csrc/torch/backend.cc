@@ -249,17 +249,12 @@ WorkPtr ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
   checkRoot(*comm_, opts.rootRank, op);
   TORCH_CHECK_VALUE(opts.rootTensor == 0, who(*comm_, op), ": rootTensor must be 0, got ",
                     opts.rootTensor);
-  auto options = [&](const View& v) {
-    return BroadcastOptions{v.data, v.count, v.dtype, static_cast<int>(opts.rootRank),
-                            opTimeout(opts.timeout)};
-  };
-  if (inPieces(tensors[0])) {
-    return runInPieces(tensors[0], OpType::BROADCAST, "mccl:broadcast", op, [&](const View& v) {
-      return [o = options(v), this] { return mccl::broadcast(*comm_, o); };
-    });
-  }
+  // Not in pieces: on the 2-core CI machine a 64 MiB broadcast in 4 MiB
+  // pieces took 10 % longer (each piece's chain fills and drains).
   Staging st(who(*comm_, op));
-  BroadcastOptions o = options(st.inout(tensors[0]));
+  View v = st.inout(tensors[0]);
+  BroadcastOptions o{v.data, v.count, v.dtype, static_cast<int>(opts.rootRank),
+                     opTimeout(opts.timeout)};
   auto w = submit(st, [=, this] { return mccl::broadcast(*comm_, o); });
   return finish(*comm_, OpType::BROADCAST, "mccl:broadcast", tensors, tensors, {w}, std::move(st));
 }

@@ -96,7 +96,7 @@ class ProcessGroupMCCL : public c10d::Backend {
   // staged, or earlier ops queued) through queue_ in call order.
   template <typename F>
   std::shared_ptr<Work> submit(Staging& st, F&& fn);
-  // Whether an all_reduce / broadcast of `t` runs in pieces (MCCL_PIECE_BYTES).
+  // Whether an all_reduce of `t` runs in pieces (MCCL_PIECE_BYTES).
   bool inPieces(const at::Tensor& t) const;
   // Runs the op on consecutive pieces of `t` (contiguous), one core op each
   // (`makeOp(view)` returns the submit body); device pieces are staged and

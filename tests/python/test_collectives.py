@@ -23,6 +23,6 @@ def test_collectives_with_pipelined_striped_transport(world):
 
 @pytest.mark.parametrize("world", [2, 5])
 def test_collectives_in_pieces(world):
-    # all_reduce / broadcast above 2 x MCCL_PIECE_BYTES run as pieces.
+    # all_reduce above 2 x MCCL_PIECE_BYTES runs as pieces.
     outs = run_workers("collectives.py", world, env={"MCCL_PIECE_BYTES": "1K"}, timeout=420)
     assert "checks passed" in outs[0]

@@ -23,7 +23,7 @@ def test_fake_device_every_collective():
 
 
 def test_fake_device_in_pieces():
-    # all_reduce and broadcast of more than 2 x MCCL_PIECE_BYTES run as
+    # all_reduce of more than 2 x MCCL_PIECE_BYTES runs as
     # pieces, each staged and copied back on its own (late-kernel checks and
     # DDP included); and the whole collective suite with tiny pieces.
     env = dict(FAKE, MCCL_PIECE_BYTES="64K")

@@ -36,8 +36,8 @@ struct CommConfig {
   // on other ranks this is replaced by rank 0's.
   CostModel model;
   int inflightOps = 2;
-  // all_reduce / broadcast larger than twice this run in pieces (0: never).
-  size_t pieceBytes = 16 << 20;
+  // all_reduce larger than twice this runs in pieces (0: never).
+  size_t pieceBytes = 4 << 20;
   std::chrono::milliseconds handshakeTimeout{10000};
 
   // Reads the MCCL_* variables; throws a usage error naming a bad value.
