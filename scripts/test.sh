@@ -22,5 +22,8 @@ cmake --build build/core
 printf '\n== Fuzzing the wire parsers (%s s per target)\n' "${FUZZ_SECONDS:-15}"
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh
 
+printf '\n== The Metal file, type-checked against stand-in headers\n'
+bash scripts/check_mm.sh
+
 printf '\n== Python tests\n'
 $PY -m pytest -q tests/python "$@"
