@@ -82,10 +82,10 @@ std::vector<P> blocks(const View& v, int n, size_t count) {
 }  // namespace
 
 bool ProcessGroupMCCL::inPieces(const at::Tensor& t) const {
-  // Decided from sizes only, so every rank of a mixed CPU/device group
-  // splits an op the same way.
+  // Decided from sizes only (not device, not layout), so every rank of a
+  // mixed group splits an op the same way.
   size_t piece = comm_->config().pieceBytes;
-  return piece > 0 && t.is_contiguous() && t.nbytes() >= 2 * piece;
+  return piece > 0 && t.nbytes() >= 2 * piece;
 }
 
 template <typename MakeOp>
@@ -93,12 +93,16 @@ WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* ti
                                       const char* op, MakeOp&& makeOp) {
   const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(comm_->config().pieceBytes) /
                                                static_cast<int64_t>(t.element_size()));
-  at::Tensor flat = t.view({-1});
+  // A strided tensor: the pieces are of a contiguous copy (made on the
+  // caller's stream), copied back into `t` once every piece is done.
+  at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+  at::Tensor flat = c.view({-1});
   std::vector<Staging> pieces;
   std::vector<std::shared_ptr<Work>> cores;
   for (int64_t at = 0; at < flat.numel(); at += per) {
     Staging st(who(*comm_, op));
     View v = st.inout(flat.narrow(0, at, std::min(per, flat.numel() - at)));
+    if (at + per >= flat.numel() && !t.is_contiguous()) st.copyBackAtEnd(t, c);
     cores.push_back(submit(st, makeOp(v)));
     pieces.push_back(std::move(st));
   }

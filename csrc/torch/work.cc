@@ -193,14 +193,38 @@ void Staging::finishPiece(bool error) {
   dev_->copyBack();
 }
 
-void Staging::finishJoined(const std::vector<EventPtr>& after,
+void Staging::copyBackAtEnd(const at::Tensor& dst, const at::Tensor& src) {
+  if (stagedOnDevice(src)) {
+    // Device memory the CPU can see is copied by the CPU (MPS Shared);
+    // otherwise on the device's side stream.
+    at::Tensor view = stage(src).ops().hostView(src);
+    stage(src).checkWritable(dst);
+    atEnd_.emplace_back(dst, view.defined() ? view : src);
+  } else {
+    atEnd_.emplace_back(dst, src);
+  }
+}
+
+void Staging::finishJoined(bool error, const std::vector<EventPtr>& after,
                            const std::function<void()>& complete) {
   keep_.clear();
+  if (error) atEnd_.clear();
   if (!dev_) {
+    for (auto& [dst, src] : atEnd_) dst.copy_(src);
+    atEnd_.clear();
     complete();
     return;
   }
-  dev_->complete(after, complete);
+  if (atEnd_.empty()) {
+    dev_->complete(after, complete);
+    return;
+  }
+  // Every piece's results are in the contiguous copy before it is copied.
+  for (const auto& e : after) dev_->ops().sideWaits(e);
+  for (auto& [dst, src] : atEnd_) dev_->copyBackLater(dst, src);
+  atEnd_.clear();
+  dev_->copyBack();
+  dev_->complete({}, complete);
 }
 
 void Staging::finish(bool error, const std::function<void()>& complete) {
@@ -308,7 +332,7 @@ void WorkMCCL::onCoreDone() {
       for (size_t i = 0; i + 1 < pieces_.size(); ++i) {
         if (EventPtr e = pieces_[i].doneEvent()) after.push_back(e);
       }
-      pieces_.back().finishJoined(after, complete);
+      pieces_.back().finishJoined(error != nullptr, after, complete);
     }
   } catch (...) {
     // A failed copy-back: the op fails with it (complete() did not run).

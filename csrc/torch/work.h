@@ -69,7 +69,12 @@ class Staging {
   void finishPiece(bool error);
   // After every piece's finishPiece: completes the op through this piece's
   // stage once the side stream has waited for `after` too.
-  void finishJoined(const std::vector<EventPtr>& after, const std::function<void()>& complete);
+  // (`error`: the op failed; nothing more is copied.)
+  void finishJoined(bool error, const std::vector<EventPtr>& after,
+                    const std::function<void()>& complete);
+  // The last piece of an op on a strided tensor: once every piece is done,
+  // copy `src` (the contiguous copy the pieces worked on) into `dst`.
+  void copyBackAtEnd(const at::Tensor& dst, const at::Tensor& src);
   // The piece's done event (after finishPiece; null when nothing was copied).
   EventPtr doneEvent() const { return dev_ ? dev_->done() : nullptr; }
   void keep(const at::Tensor& t) { keep_.push_back(t); }
@@ -86,6 +91,7 @@ class Staging {
   std::string who_;
   std::vector<at::Tensor> keep_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;  // (caller's, staged)
+  std::vector<std::pair<at::Tensor, at::Tensor>> atEnd_;     // (caller's, contiguous copy)
 };
 
 class WorkMCCL : public c10d::Work {

@@ -41,6 +41,14 @@ def test_fake_mps_every_collective(mode):
     assert "checks passed" in outs[0]
 
 
+@pytest.mark.parametrize("mode", ["shared", "private"])
+def test_fake_mps_in_pieces(mode):
+    # Large all-reduces in 1 KiB pieces (strided tensors through a contiguous
+    # copy, copied back by the CPU in Shared storage).
+    outs = run_workers("collectives.py", 3, env=dict(FAKE_MPS[mode], MCCL_PIECE_BYTES="1K"), timeout=420)
+    assert "checks passed" in outs[0]
+
+
 def test_fsdp2_ops_get_mps_kernels():
     from mccl import _mps
     _mps.install_fsdp_kernels("MPS")

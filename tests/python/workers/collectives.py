@@ -89,6 +89,15 @@ else:
     want = value(torch.int64, "SUM", rank, 100, 2)
     want[10:90:3] = reference(torch.int64, "SUM", world, 100, 2)[10:90:3]
     ok(big, want, "SUM", "all_reduce strided slice (rest untouched)")
+    # Larger, with the layout differing between ranks (contiguous on even
+    # ranks, a transposed view on odd ones): same collectives on every rank,
+    # also when large all-reduces run in pieces (MCCL_PIECE_BYTES).
+    vals = value(torch.float32, "SUM", rank, 40 * 30, 5).view(40, 30)
+    mixed = vals.clone() if rank % 2 == 0 else vals.t().contiguous().t()
+    assert mixed.is_contiguous() == (rank % 2 == 0)
+    dist.all_reduce(mixed)
+    ok(mixed.contiguous(), reference(torch.float32, "SUM", world, 40 * 30, 5).view(40, 30), "SUM",
+       "all_reduce, contiguous on some ranks and strided on others")
 
 # Complex: SUM on (re, im) pairs.
 c = torch.complex(value(torch.float32, "SUM", rank, 17, 3), value(torch.float32, "SUM", rank, 17, 4))
