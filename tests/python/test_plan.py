@@ -62,3 +62,19 @@ def test_scaling_bench_feeds_the_plan(tmp_path):
                         "--alpha-us", "50", "--overhead-us", "10"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "source of step time and hidden share" in p.stdout
+
+
+def test_scaling_with_emulated_device_time(tmp_path):
+    # --emulate-ms adds sleeps in forward and backward: the step takes at
+    # least that long; DDP buckets are set by --bucket-mb (recorded).
+    s = tmp_path / "scaling.json"
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling", "--ns", "1,2", "--backends", "mccl",
+                        "--preset", "tiny", "--steps", "2", "--warmup", "1", "--batch", "2", "--emulate-ms", "60",
+                        "--bucket-mb", "0.01", "--json", str(s), "--timeout", "240"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(s.read_text())
+    assert out["emulate_ms"] == 60 and out["bucket_mb"] == 0.01
+    for r in out["runs"]:
+        assert r["step_s"] >= 0.060 and r["emulate_ms"] == 60, r
+    assert out["runs"][1]["bucket_mb"] == 0.01

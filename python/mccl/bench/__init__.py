@@ -73,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--warmup", type=int, default=2)
     sc.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     sc.add_argument("--bf16", action="store_true")
+    sc.add_argument("--emulate-ms", type=float, default=0.0,
+                    help="emulated device time per step (see python -m mccl.workloads.vit --help)")
+    sc.add_argument("--bucket-mb", type=float, default=0.0, help="DDP bucket size (0: the workload's 25)")
     sc.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     sc.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
     sc.add_argument("--timeout", type=float, default=3600)

@@ -29,6 +29,10 @@ def run(args) -> dict:
         base += ["--threads", str(args.threads)]
     if args.bf16:
         base.append("--bf16")
+    if args.emulate_ms:
+        base += ["--emulate-ms", str(args.emulate_ms)]
+    if args.bucket_mb:
+        base += ["--bucket-mb", str(args.bucket_mb)]
     env = {"OMP_NUM_THREADS": str(args.threads or 1)}
     placement = {}
     if args.netlab:
@@ -39,7 +43,8 @@ def run(args) -> dict:
             raise SystemExit(f"mccl-bench scaling: {e}") from None
     runs = []
     print(f"# mccl-bench scaling: ViT preset {args.preset}, batch {args.batch}/rank, {args.steps} timed steps, "
-          f"device {args.device}{', network lab ' + args.netlab if args.netlab else ', local ranks'}", flush=True)
+          f"device {args.device}{', network lab ' + args.netlab if args.netlab else ', local ranks'}"
+          f"{f', {args.emulate_ms:g} ms emulated device time per step' if args.emulate_ms else ''}", flush=True)
     print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'hidden':>7}",
           flush=True)
     one = None
@@ -60,6 +65,7 @@ def run(args) -> dict:
             print(f"{r['backend']:>8} {n:>3} {r['samples_per_s']:>10.1f} {r['step_s'] * 1000:>10.1f} "
                   f"{eff:>11} {hidden:>7}", flush=True)
     out = {"preset": args.preset, "batch_per_rank": args.batch, "device": args.device,
+           "emulate_ms": args.emulate_ms, "bucket_mb": args.bucket_mb,
            "netlab": args.netlab, "runs": runs}
     if args.json:
         with open(args.json, "w") as f:

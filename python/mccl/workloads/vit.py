@@ -38,6 +38,22 @@ PRESETS = {
 }
 
 
+class _DeviceTime(torch.autograd.Function):
+    """Identity whose forward and backward each take a fixed time (sleeping,
+    so the host's cores stay free): an emulated accelerator's compute."""
+
+    @staticmethod
+    def forward(ctx, x, fwd_s: float, bwd_s: float):
+        ctx.bwd_s = bwd_s
+        time.sleep(fwd_s)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.bwd_s)
+        return grad, None, None
+
+
 class Block(nn.Module):
     def __init__(self, width: int, mlp: int, heads: int):
         super().__init__()
@@ -67,12 +83,16 @@ class ViT(nn.Module):
         self.blocks = nn.ModuleList(Block(width, mlp, heads) for _ in range(depth))
         self.ln = nn.LayerNorm(width)
         self.head = nn.Linear(width, classes)
+        self.emulate_s = 0.0  # emulated device time per step, spread over the blocks
 
     def forward(self, x):
         x = self.embed(x).flatten(2).transpose(1, 2)
         x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        per = self.emulate_s / len(self.blocks)
         for blk in self.blocks:
             x = blk(x)
+            if per > 0:  # a third forward, two thirds backward, as on a real device
+                x = _DeviceTime.apply(x, per / 3, 2 * per / 3)
         return self.head(self.ln(x[:, 0]))
 
 
@@ -94,6 +114,11 @@ def parse(argv=None):
     ap.add_argument("--measure-overlap", action="store_true",
                     help="also time steps without gradient sync and the gradient all-reduce alone")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave as is)")
+    ap.add_argument("--emulate-ms", type=float, default=0.0,
+                    help="add this much emulated device time per step (sleeps after each block, a third "
+                         "in forward and two thirds in backward): with a small --batch the step is then "
+                         "the emulated device's, and ranks sharing a host's cores (network lab) do not "
+                         "slow each other down")
     ap.add_argument("--quiet", action="store_true", help="no per-step progress lines")
     return ap.parse_args(argv)
 
@@ -120,11 +145,14 @@ def main(argv=None) -> int:
 
     torch.manual_seed(0)  # same initial weights everywhere
     model = build(args.preset).to(dev)
+    model.emulate_s = args.emulate_ms / 1000.0
     nparams = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print(f"# ViT preset {args.preset}: {nparams:,} parameters; {world} rank(s), backend "
               f"{args.backend if distributed else 'none'}, device {dev}, batch {args.batch}/rank"
-              f"{', bf16 autocast' if args.bf16 else ''}", flush=True)
+              f"{', bf16 autocast' if args.bf16 else ''}"
+              f"{f', {args.emulate_ms:g} ms emulated device time per step' if args.emulate_ms else ''}",
+              flush=True)
     ddp = model
     if distributed and world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
@@ -175,7 +203,8 @@ def main(argv=None) -> int:
     step_s, loss = timed(args.steps)
     result = {"preset": args.preset, "params": nparams, "world": world,
               "backend": args.backend if distributed else "none", "device": str(dev),
-              "batch_per_rank": args.batch, "bf16": args.bf16, "step_s": step_s,
+              "batch_per_rank": args.batch, "bf16": args.bf16, "emulate_ms": args.emulate_ms,
+              "bucket_mb": args.bucket_mb, "step_s": step_s,
               "samples_per_s": world * args.batch / step_s, "final_loss": loss}
     if args.measure_overlap and ddp is not model:
         result["step_nosync_s"], _ = timed(args.steps, sync_grads=False, label="no-sync")
