@@ -48,6 +48,23 @@ void checkRoot(const Communicator& comm, int64_t root, const char* op) {
                     " is outside the group of ", comm.size(), " ranks");
 }
 
+// gather's outputs / scatter's inputs: the root passes one list of a tensor
+// per rank, each like `ref`; the other ranks pass none. Returns the root's.
+std::vector<at::Tensor> rootList(const Communicator& comm, const std::vector<std::vector<at::Tensor>>& lists,
+                                 int64_t rootRank, const at::Tensor& ref, const char* op,
+                                 const char* what) {
+  if (comm.rank() != rootRank) {
+    TORCH_CHECK_VALUE(lists.empty() || lists[0].empty(), who(comm, op), ": only the root (rank ",
+                      rootRank, ") takes ", what, " tensors");
+    return {};
+  }
+  TORCH_CHECK_VALUE(lists.size() == 1 && static_cast<int>(lists[0].size()) == comm.size(),
+                    who(comm, op), ": the root needs one ", what, " list of ", comm.size(), " tensors");
+  const std::string each = strCat("an ", what, " tensor");
+  for (const auto& t : lists[0]) checkSameAs(comm, t, ref, op, each.c_str());
+  return lists[0];
+}
+
 // Runs `submit`, turning core usage errors into ValueError and the rest into
 // DistBackendError.
 template <typename F>
@@ -401,7 +418,7 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
   const char* op = "gather";
   checkSingle(*comm_, inputs, op);
   checkRoot(*comm_, opts.rootRank, op);
-  const bool root = comm_->rank() == opts.rootRank;
+  std::vector<at::Tensor> outs = rootList(*comm_, outputs, opts.rootRank, inputs[0], op, "output");
   Staging st(who(*comm_, op));
   View in = st.input(inputs[0]);
   GatherOptions o;
@@ -410,20 +427,7 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
   o.dtype = in.dtype;
   o.root = static_cast<int>(opts.rootRank);
   o.timeout = opTimeout(opts.timeout);
-  std::vector<at::Tensor> outs;
-  if (root) {
-    TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == comm_->size(),
-                      who(*comm_, op), ": the root needs one output list of ", comm_->size(),
-                      " tensors");
-    for (auto& t : outputs[0]) {
-      checkSameAs(*comm_, t, inputs[0], op, "an output tensor");
-      o.out.push_back(st.output(t).data);
-      outs.push_back(t);
-    }
-  } else {
-    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), who(*comm_, op),
-                      ": only the root (rank ", opts.rootRank, ") takes output tensors");
-  }
+  for (auto& t : outs) o.out.push_back(st.output(t).data);
   auto w = submit(st, [=, this] { return mccl::gather(*comm_, o); });
   return finish(*comm_, OpType::GATHER, "mccl:gather", outs, inputs, {w}, std::move(st));
 }
@@ -434,7 +438,7 @@ WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
   const char* op = "scatter";
   checkSingle(*comm_, outputs, op);
   checkRoot(*comm_, opts.rootRank, op);
-  const bool root = comm_->rank() == opts.rootRank;
+  std::vector<at::Tensor> ins = rootList(*comm_, inputs, opts.rootRank, outputs[0], op, "input");
   Staging st(who(*comm_, op));
   View out = st.output(outputs[0]);
   ScatterOptions o;
@@ -443,20 +447,7 @@ WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
   o.dtype = out.dtype;
   o.root = static_cast<int>(opts.rootRank);
   o.timeout = opTimeout(opts.timeout);
-  std::vector<at::Tensor> ins;
-  if (root) {
-    TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == comm_->size(),
-                      who(*comm_, op), ": the root needs one input list of ", comm_->size(),
-                      " tensors");
-    for (auto& t : inputs[0]) {
-      checkSameAs(*comm_, t, outputs[0], op, "an input tensor");
-      o.in.push_back(st.input(t).data);
-      ins.push_back(t);
-    }
-  } else {
-    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), who(*comm_, op),
-                      ": only the root (rank ", opts.rootRank, ") takes input tensors");
-  }
+  for (auto& t : ins) o.in.push_back(st.input(t).data);
   auto w = submit(st, [=, this] { return mccl::scatter(*comm_, o); });
   return finish(*comm_, OpType::SCATTER, "mccl:scatter", outputs, ins, {w}, std::move(st));
 }

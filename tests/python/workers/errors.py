@@ -42,6 +42,18 @@ expect(ValueError, ["expected world size", "x input's 3"],
 expect((ValueError, RuntimeError), ["mccl allreduce", "Sparse tensors are not supported"],
        lambda: dist.all_reduce(torch.zeros(3).to_sparse()))
 expect(TypeError, ["dtype", "not supported"], lambda: dist.all_reduce(torch.zeros(3, dtype=torch.uint16)))
+# gather / scatter lists, straight to the backend (on every rank, as root 0
+# and as a non-root): the root's list has one tensor per rank, like the other
+# side; non-roots pass none.
+pg = dist.distributed_c10d._get_default_group()
+if rank == 0:
+    expect(ValueError, ["mccl gather", who, f"the root needs one output list of {world} tensors"],
+           lambda: pg.gather([[torch.zeros(2)] * (world + 1)], [torch.zeros(2)], dist.GatherOptions()))
+    expect(ValueError, ["mccl scatter", who, "an input tensor has 3 elements but the input has 2"],
+           lambda: pg.scatter([torch.zeros(2)], [[torch.zeros(3)] * world], dist.ScatterOptions()))
+else:
+    expect(ValueError, ["mccl gather", who, "only the root (rank 0) takes output tensors"],
+           lambda: pg.gather([[torch.zeros(2)] * world], [torch.zeros(2)], dist.GatherOptions()))
 # Nothing above reached the wire: the group still works.
 t = torch.tensor([1.0])
 dist.all_reduce(t)
