@@ -97,6 +97,24 @@ def _doctor(a, argv) -> int:
 def _plan(a) -> int:
     from . import plan
 
+    if a.validate:
+        with open(a.validate) as f:
+            scaling = json.load(f)
+        net = plan.inputs_from_files(None, a.tune, None, None)
+        alpha = a.alpha_us if a.alpha_us is not None else net.get("alpha_us", 50.0)
+        over = a.overhead_us if a.overhead_us is not None else net.get("overhead_us", 10.0)
+        beta = 8.0 / a.link_gbit if a.link_gbit else net.get("beta_ns_per_byte")
+        if beta is None:
+            print("mccl plan --validate: give the links' goodput (--link-gbit, e.g. from mccl netlab "
+                  "goodput) or --tune FILE", file=sys.stderr)
+            return 2
+        rows = plan.validate(scaling, alpha, over, beta, a.backward_share)
+        print(json.dumps(rows, indent=1) if a.json else
+              f"mccl plan --validate {a.validate}: alpha {alpha:g} us, o {over:g} us, "
+              f"{8 / beta:.3f} Gbit/s per link, backward {100 * a.backward_share:.0f} % of the step\n"
+              + plan.render_validation(rows))
+        return 0
+
     fields = plan.inputs_from_files(a.scaling, a.tune, a.matmul, a.matmul_ref, a.backend)
     given = {"params": a.params, "batch": a.batch, "compute_s": a.step_ms / 1000 if a.step_ms else None,
              "hidden": a.hidden, "alpha_us": a.alpha_us, "overhead_us": a.overhead_us,
@@ -176,6 +194,12 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--ref-name", default="A100")
     pl.add_argument("--price", type=float, help="cloud price per reference-GPU hour, USD")
     pl.add_argument("--hours", type=float, default=12.0, help="hours the fleet works per night")
+    pl.add_argument("--validate", metavar="SCALING_JSON",
+                    help="instead of projecting: predict the step time of every multi-rank run in this "
+                         "mccl-bench scaling --json file from its one-rank run, its DDP bucket size and "
+                         "the network (--link-gbit/--alpha-us or --tune), and print the error")
+    pl.add_argument("--backward-share", type=float, default=2 / 3,
+                    help="share of the one-machine step spent in backward (--validate; default 2/3)")
     pl.add_argument("--json", action="store_true")
     return ap
 

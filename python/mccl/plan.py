@@ -19,11 +19,17 @@ Model, per step on N machines (ring all-reduce of the fp32 gradients, G bytes):
     samples/s  = N * batch / step(N);  efficiency = compute / step(N)
 
 Every assumption is printed with the result; --json for tools.
+
+``mccl plan --validate SCALING_JSON`` checks a finer model against measured
+runs: it predicts each multi-rank step from the one-rank step, the DDP
+bucket size and the network, with buckets readied evenly through backward
+and all-reduced one after another (``bucket_exposed``), and prints the error.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -65,6 +71,56 @@ def project(inp: Inputs, n: int) -> dict:
             row["yearly_offset_usd"] = (row["ref_gpu_equivalents"] * inp.price_per_gpu_hour
                                         * inp.hours_per_night * 365)
     return row
+
+
+def bucket_exposed(inp: Inputs, n: int, bucket_bytes: float, backward_share: float = 2 / 3) -> float:
+    """Communication left after backward when DDP all-reduces its buckets as
+    backward produces them (a prediction; `hidden` is not used).
+
+    The gradients split into k equal buckets; backward is the last
+    ``backward_share`` of the one-machine step and readies bucket i at
+    forward + backward * (i + 1) / k; each bucket's ring all-reduce starts
+    when it is ready and the previous one is done."""
+    if n <= 1:
+        return 0.0
+    grad = 4.0 * inp.params
+    k = max(1, math.ceil(grad / bucket_bytes))
+    a, o, b = inp.alpha_us * 1e-6, inp.overhead_us * 1e-6, inp.beta_ns_per_byte * 1e-9
+    per_bucket = 2 * (n - 1) * (a + max(2 * o, grad / k / n * b))
+    backward = backward_share * inp.compute_s
+    forward = inp.compute_s - backward
+    finish = 0.0
+    for i in range(k):
+        finish = max(finish, forward + backward * (i + 1) / k) + per_bucket
+    return max(0.0, finish - inp.compute_s)
+
+
+def validate(scaling: dict, alpha_us: float, overhead_us: float, beta_ns_per_byte: float,
+             backward_share: float = 2 / 3) -> list[dict]:
+    """Predicted against measured step time for every multi-rank run of a
+    ``mccl-bench scaling --json`` result, from its one-rank step time, its DDP
+    bucket size and the network's alpha/beta (no measured hidden share)."""
+    one = next(r for r in scaling["runs"] if r["world"] == 1)
+    inp = Inputs(params=one["params"], batch=one["batch_per_rank"], compute_s=one["step_s"], hidden=0.0,
+                 alpha_us=alpha_us, overhead_us=overhead_us, beta_ns_per_byte=beta_ns_per_byte)
+    rows = []
+    for r in scaling["runs"]:
+        if r["world"] <= 1:
+            continue
+        bucket = (r.get("bucket_mb") or scaling.get("bucket_mb") or 25.0) * 2**20
+        predicted = inp.compute_s + bucket_exposed(inp, r["world"], bucket, backward_share)
+        rows.append({"backend": r["backend"], "world": r["world"], "measured_s": r["step_s"],
+                     "predicted_s": predicted, "error": predicted / r["step_s"] - 1,
+                     "comm_s": comm_seconds(inp, r["world"])})
+    return rows
+
+
+def render_validation(rows: list[dict]) -> str:
+    lines = [f"{'backend':>8} {'N':>3} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>7}"]
+    for r in rows:
+        lines.append(f"{r['backend']:>8} {r['world']:>3} {r['measured_s'] * 1000:>14.1f} "
+                     f"{r['predicted_s'] * 1000:>15.1f} {100 * r['error']:>+6.1f}%")
+    return "\n".join(lines)
 
 
 def plan(inp: Inputs, nodes: list[int]) -> dict:

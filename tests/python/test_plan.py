@@ -78,3 +78,37 @@ def test_scaling_with_emulated_device_time(tmp_path):
     for r in out["runs"]:
         assert r["step_s"] >= 0.060 and r["emulate_ms"] == 60, r
     assert out["runs"][1]["bucket_mb"] == 0.01
+
+
+def test_bucket_overlap_model():
+    # 4 MB of gradients in 4 buckets on 2 nodes, 1 ns/byte, no latency:
+    # a bucket's all-reduce takes 2 * (1 MB / 2) * 1 ns = 1 ms.
+    inp = inputs(params=1_000_000, compute_s=0.012, alpha_us=0.0, overhead_us=0.0, beta_ns_per_byte=1.0)
+    # Backward (8 ms of 12) readies a bucket every 2 ms: each is done before
+    # the next is ready; only the last one's 1 ms is left after backward.
+    assert plan.bucket_exposed(inp, 2, 1e6, backward_share=2 / 3) == pytest.approx(1e-3)
+    # One bucket: nothing overlaps, the whole all-reduce is exposed.
+    assert plan.bucket_exposed(inp, 2, 4e6) == pytest.approx(plan.comm_seconds(inp, 2))
+    # Communication slower than backward: the backlog is exposed.
+    slow = inputs(params=1_000_000, compute_s=0.012, alpha_us=0.0, overhead_us=0.0, beta_ns_per_byte=5.0)
+    # (forward 4 ms, first bucket ready at 6 ms, then 4 x 5 ms back to back: done at 26 ms)
+    assert plan.bucket_exposed(slow, 2, 1e6, 2 / 3) == pytest.approx(0.026 - 0.012)
+    assert plan.bucket_exposed(inp, 1, 1e6) == 0.0
+
+
+def test_validate_reports_prediction_error(tmp_path):
+    s = {"bucket_mb": 1e6 / 2**20, "runs": [
+        {"world": 1, "backend": "none", "params": 1_000_000, "batch_per_rank": 4, "step_s": 0.012},
+        {"world": 2, "backend": "mccl", "params": 1_000_000, "batch_per_rank": 4, "step_s": 0.013,
+         "bucket_mb": 1e6 / 2**20}]}
+    rows = plan.validate(s, alpha_us=0.0, overhead_us=0.0, beta_ns_per_byte=1.0)
+    assert len(rows) == 1 and rows[0]["predicted_s"] == pytest.approx(0.013) and abs(rows[0]["error"]) < 1e-9
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(s))
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate", str(f), "--link-gbit", "8",
+                        "--alpha-us", "0", "--overhead-us", "0"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "predicted" in p.stdout and "+0.0%" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate", str(f)], capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "--link-gbit" in p.stderr
