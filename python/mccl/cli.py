@@ -108,10 +108,11 @@ def _plan(a) -> int:
             print("mccl plan --validate: give the links' goodput (--link-gbit, e.g. from mccl netlab "
                   "goodput) or --tune FILE", file=sys.stderr)
             return 2
-        rows = plan.validate(scaling, alpha, over, beta, a.backward_share)
+        rows = plan.validate(scaling, alpha, over, beta, a.backward_share, a.layers)
         print(json.dumps(rows, indent=1) if a.json else
               f"mccl plan --validate {a.validate}: alpha {alpha:g} us, o {over:g} us, "
-              f"{8 / beta:.3f} Gbit/s per link, backward {100 * a.backward_share:.0f} % of the step\n"
+              f"{8 / beta:.3f} Gbit/s per link, backward {100 * a.backward_share:.0f} % of the step, "
+              f"gradients ready {'per layer (' + str(rows[0]['layers']) + ')' if rows and rows[0]['layers'] else 'evenly'}\n"
               + plan.render_validation(rows))
         return 0
 
@@ -198,6 +199,9 @@ def parser() -> argparse.ArgumentParser:
                     help="instead of projecting: predict the step time of every multi-rank run in this "
                          "mccl-bench scaling --json file from its one-rank run, its DDP bucket size and "
                          "the network (--link-gbit/--alpha-us or --tune), and print the error")
+    pl.add_argument("--layers", type=int,
+                    help="layers whose gradients become ready one after another in backward "
+                         "(--validate; default: the ViT preset's depth)")
     pl.add_argument("--backward-share", type=float, default=2 / 3,
                     help="share of the one-machine step spent in backward (--validate; default 2/3)")
     pl.add_argument("--json", action="store_true")

@@ -73,14 +73,18 @@ def project(inp: Inputs, n: int) -> dict:
     return row
 
 
-def bucket_exposed(inp: Inputs, n: int, bucket_bytes: float, backward_share: float = 2 / 3) -> float:
+def bucket_exposed(inp: Inputs, n: int, bucket_bytes: float, backward_share: float = 2 / 3,
+                   layers: int | None = None) -> float:
     """Communication left after backward when DDP all-reduces its buckets as
     backward produces them (a prediction; `hidden` is not used).
 
     The gradients split into k equal buckets; backward is the last
-    ``backward_share`` of the one-machine step and readies bucket i at
-    forward + backward * (i + 1) / k; each bucket's ring all-reduce starts
-    when it is ready and the previous one is done."""
+    ``backward_share`` of the one-machine step. With ``layers`` equal layers,
+    backward finishes layer j (from the last) at forward + backward * j /
+    layers and the gradients of the layers done so far are ready, so a bucket
+    is ready when the layer holding its last byte is done; without, gradients
+    become ready evenly. Each bucket's ring all-reduce starts when it is ready
+    and the previous one is done."""
     if n <= 1:
         return 0.0
     grad = 4.0 * inp.params
@@ -91,15 +95,20 @@ def bucket_exposed(inp: Inputs, n: int, bucket_bytes: float, backward_share: flo
     forward = inp.compute_s - backward
     finish = 0.0
     for i in range(k):
-        finish = max(finish, forward + backward * (i + 1) / k) + per_bucket
+        done = (i + 1) / k if not layers else math.ceil((i + 1) * layers / k - 1e-9) / layers
+        finish = max(finish, forward + backward * done) + per_bucket
     return max(0.0, finish - inp.compute_s)
 
 
 def validate(scaling: dict, alpha_us: float, overhead_us: float, beta_ns_per_byte: float,
-             backward_share: float = 2 / 3) -> list[dict]:
+             backward_share: float = 2 / 3, layers: int | None = None) -> list[dict]:
     """Predicted against measured step time for every multi-rank run of a
     ``mccl-bench scaling --json`` result, from its one-rank step time, its DDP
-    bucket size and the network's alpha/beta (no measured hidden share)."""
+    bucket size, the model's layers (the ViT preset's depth unless given) and
+    the network's alpha/beta (no measured hidden share)."""
+    if layers is None and scaling.get("preset"):
+        from .workloads.vit import PRESETS
+        layers = PRESETS[scaling["preset"]][1] if scaling["preset"] in PRESETS else None
     one = next(r for r in scaling["runs"] if r["world"] == 1)
     inp = Inputs(params=one["params"], batch=one["batch_per_rank"], compute_s=one["step_s"], hidden=0.0,
                  alpha_us=alpha_us, overhead_us=overhead_us, beta_ns_per_byte=beta_ns_per_byte)
@@ -108,10 +117,10 @@ def validate(scaling: dict, alpha_us: float, overhead_us: float, beta_ns_per_byt
         if r["world"] <= 1:
             continue
         bucket = (r.get("bucket_mb") or scaling.get("bucket_mb") or 25.0) * 2**20
-        predicted = inp.compute_s + bucket_exposed(inp, r["world"], bucket, backward_share)
+        predicted = inp.compute_s + bucket_exposed(inp, r["world"], bucket, backward_share, layers)
         rows.append({"backend": r["backend"], "world": r["world"], "measured_s": r["step_s"],
                      "predicted_s": predicted, "error": predicted / r["step_s"] - 1,
-                     "comm_s": comm_seconds(inp, r["world"])})
+                     "comm_s": comm_seconds(inp, r["world"]), "layers": layers})
     return rows
 
 

@@ -94,6 +94,9 @@ def test_bucket_overlap_model():
     # (forward 4 ms, first bucket ready at 6 ms, then 4 x 5 ms back to back: done at 26 ms)
     assert plan.bucket_exposed(slow, 2, 1e6, 2 / 3) == pytest.approx(0.026 - 0.012)
     assert plan.bucket_exposed(inp, 1, 1e6) == 0.0
+    # Two layers: buckets 0-1 are ready when the first layer's backward ends
+    # (8 ms), 2-3 at the end (12 ms); done at 9, 10, 13, 14 ms.
+    assert plan.bucket_exposed(inp, 2, 1e6, 2 / 3, layers=2) == pytest.approx(0.002)
 
 
 def test_validate_reports_prediction_error(tmp_path):
@@ -112,3 +115,22 @@ def test_validate_reports_prediction_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate", str(f)], capture_output=True,
                        text=True)
     assert p.returncode == 2 and "--link-gbit" in p.stderr
+
+
+def test_model_matches_measured_runs_at_2_and_4(tmp_path):
+    # The validation the fleet model owes: MCCL runs of the tiny preset at
+    # N = 2 and 4 (local ranks, 150 ms of emulated device time per step,
+    # small DDP buckets) against the model's prediction from the one-rank
+    # run, within 10 %. Sleep-dominated steps keep the 2-core machine's load
+    # out of it (measured errors here: 1-3 %); the lab figures are in
+    # docs/benchmarks.md.
+    s = tmp_path / "scaling.json"
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling", "--ns", "1,2,4", "--backends", "mccl",
+                        "--preset", "tiny", "--batch", "1", "--steps", "4", "--warmup", "1", "--emulate-ms", "150",
+                        "--bucket-mb", "0.05", "--json", str(s), "--timeout", "240"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = plan.validate(json.loads(s.read_text()), alpha_us=50.0, overhead_us=10.0, beta_ns_per_byte=0.8)
+    assert [r["world"] for r in rows] == [2, 4]
+    for r in rows:
+        assert abs(r["error"]) < 0.10, (r, p.stdout)
