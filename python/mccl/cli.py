@@ -120,15 +120,19 @@ def _plan(a) -> int:
     given = {"params": a.params, "batch": a.batch, "compute_s": a.step_ms / 1000 if a.step_ms else None,
              "hidden": a.hidden, "alpha_us": a.alpha_us, "overhead_us": a.overhead_us,
              "beta_ns_per_byte": 8.0 / a.link_gbit if a.link_gbit else None,
-             "local_tflops": a.local_tflops, "ref_tflops": a.ref_tflops, "price_per_gpu_hour": a.price}
+             "local_tflops": a.local_tflops, "ref_tflops": a.ref_tflops, "price_per_gpu_hour": a.price,
+             "bucket_mb": a.bucket_mb, "layers": a.layers,
+             "backward_share": a.backward_share if a.bucket_mb else None}
     for k, v in given.items():
         if v is not None:
             fields[k] = v
             fields["sources"][k] = "command line"
+    if a.bucket_mb:
+        fields.setdefault("hidden", 0.0)  # not used: the bucket model gives the overlap
     missing = [k for k in ("params", "batch", "compute_s", "hidden") if k not in fields]
     if missing:
         print(f"mccl plan: missing {', '.join(missing)}: give --scaling FILE (from mccl-bench scaling "
-              f"--json) or --params/--batch/--step-ms/--hidden", file=sys.stderr)
+              f"--json) or --params/--batch/--step-ms and --hidden or --bucket-mb", file=sys.stderr)
         return 2
     inp = plan.Inputs(**fields, ref_name=a.ref_name, hours_per_night=a.hours)
     result = plan.plan(inp, [int(x) for x in a.nodes.split(",")])
@@ -201,7 +205,10 @@ def parser() -> argparse.ArgumentParser:
                          "the network (--link-gbit/--alpha-us or --tune), and print the error")
     pl.add_argument("--layers", type=int,
                     help="layers whose gradients become ready one after another in backward "
-                         "(--validate; default: the ViT preset's depth)")
+                         "(with --bucket-mb, or --validate where the ViT preset's depth is the default)")
+    pl.add_argument("--bucket-mb", type=float,
+                    help="project the overlap with the bucket model (DDP buckets of this size) instead "
+                         "of a measured --hidden share")
     pl.add_argument("--backward-share", type=float, default=2 / 3,
                     help="share of the one-machine step spent in backward (--validate; default 2/3)")
     pl.add_argument("--json", action="store_true")

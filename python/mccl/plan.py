@@ -47,6 +47,9 @@ class Inputs:
     ref_name: str = "A100"
     price_per_gpu_hour: float | None = None
     hours_per_night: float = 12.0
+    bucket_mb: float | None = None   # set: exposed comm from the bucket model, not `hidden`
+    layers: int | None = None        # layers readying gradients one after another (bucket model)
+    backward_share: float = 2 / 3    # share of the step spent in backward (bucket model)
     sources: dict = field(default_factory=dict)  # where each input came from
 
 
@@ -60,7 +63,10 @@ def comm_seconds(inp: Inputs, n: int) -> float:
 
 def project(inp: Inputs, n: int) -> dict:
     comm = comm_seconds(inp, n)
-    exposed = (1.0 - max(0.0, min(1.0, inp.hidden))) * comm
+    if inp.bucket_mb:
+        exposed = bucket_exposed(inp, n, inp.bucket_mb * 2**20, inp.backward_share, inp.layers)
+    else:
+        exposed = (1.0 - max(0.0, min(1.0, inp.hidden))) * comm
     step = inp.compute_s + exposed
     row = {"nodes": n, "step_s": step, "comm_s": comm, "exposed_s": exposed,
            "samples_per_s": n * inp.batch / step, "efficiency": inp.compute_s / step}
@@ -143,7 +149,13 @@ def render(result: dict) -> str:
                  f"all-reduced per step by a ring)")
     lines.append(f"  one machine: {i['compute_s'] * 1000:.1f} ms per step of {i['batch']} samples "
                  f"({i['batch'] / i['compute_s']:.1f} samples/s)")
-    lines.append(f"  share of the all-reduce hidden behind backward: {100 * i['hidden']:.0f} %")
+    if i.get("bucket_mb"):
+        lines.append(f"  overlap: DDP buckets of {i['bucket_mb']:g} MB all-reduced one after another as backward "
+                     f"({100 * i['backward_share']:.0f} % of the step) readies them"
+                     + (f", layer by layer ({i['layers']} layers)" if i.get("layers") else ", evenly")
+                     + " (the model mccl plan --validate checks)")
+    else:
+        lines.append(f"  share of the all-reduce hidden behind backward: {100 * i['hidden']:.0f} %")
     lines.append(f"  network: alpha {i['alpha_us']:.1f} us, o {i['overhead_us']:.1f} us per message, "
                  f"{1 / i['beta_ns_per_byte']:.3f} GB/s per link ({8 / i['beta_ns_per_byte']:.2f} Gbit/s of "
                  f"TCP goodput), switched (every link at full rate at once)")

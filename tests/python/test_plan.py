@@ -134,3 +134,17 @@ def test_model_matches_measured_runs_at_2_and_4(tmp_path):
     assert [r["world"] for r in rows] == [2, 4]
     for r in rows:
         assert abs(r["error"]) < 0.10, (r, p.stdout)
+
+
+def test_projection_with_the_bucket_model():
+    inp = inputs(bucket_mb=25.0, layers=16, compute_s=2.0, params=113_503_498, beta_ns_per_byte=0.851)
+    row = plan.project(inp, 24)
+    assert row["exposed_s"] == pytest.approx(plan.bucket_exposed(inp, 24, 25.0 * 2**20, 2 / 3, 16))
+    assert 0 < row["exposed_s"] < row["comm_s"]
+    text = plan.render(plan.plan(inp, [24]))
+    assert "DDP buckets of 25 MB" in text and "16 layers" in text
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--params", "113503498", "--batch", "512",
+                        "--step-ms", "2586", "--bucket-mb", "25", "--layers", "16", "--link-gbit", "9.4",
+                        "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["rows"][0]["efficiency"] > 0.9
