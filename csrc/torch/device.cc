@@ -201,9 +201,4 @@ void DeviceStage::complete(const std::vector<EventPtr>& after,
   });
 }
 
-void DeviceStage::finish(const std::function<void()>& complete) {
-  copyBack();
-  this->complete({}, complete);
-}
-
 }  // namespace mccl::torch_adapter

@@ -100,13 +100,13 @@ class DeviceStage {
   // Host memory holding `dev`'s contents once staged() has completed: a view
   // of the device memory where the device allows (hostView), else a copy.
   at::Tensor stageIn(const at::Tensor& dev);
-  // Host buffer whose contents go to `dev` in finish().
+  // Host buffer whose contents go to `dev` in copyBack().
   at::Tensor stageOut(const at::Tensor& dev);
   // Host buffer both ways.
   at::Tensor stageInOut(const at::Tensor& dev);
   // Throws when results cannot be written into `dev` (before the op runs).
   void checkWritable(const at::Tensor& dev) { ops_->checkWritable(dev, who_); }
-  // Also copy `host` (a view of a staged buffer) into `dev` in finish().
+  // Also copy `host` (a view of a staged buffer) into `dev` in copyBack().
   void copyBackLater(const at::Tensor& dev, const at::Tensor& host) { back_.emplace_back(dev, host); }
   // After the last stage*: the event the submit thread must wait for (null
   // when nothing was copied in).
@@ -114,18 +114,16 @@ class DeviceStage {
   // Waits for `staged` (from seal()), polling; throws naming the op past
   // `deadline`.
   void waitStaged(const EventPtr& staged, std::chrono::steady_clock::time_point deadline) const;
-  // Completing thread: copies results back and runs `complete` (which marks
-  // Work and Future) with the side stream current.
-  void finish(const std::function<void()>& complete);
-  // finish() in two steps, for ops run in pieces: copyBack() queues the
-  // copies back as soon as a piece is done; complete() then runs once for
-  // the whole op, after the side stream has also waited for `after` (the
-  // other pieces' done events).
+  // Completing thread, in two steps (one op may be several pieces, each with
+  // its stage): copyBack() queues the copies back and records `done`;
+  // complete() then runs `complete` (which marks Work and Future) once for
+  // the whole op with the side stream current, after the side stream has
+  // also waited for `after` (the other pieces' done events).
   void copyBack();
   void complete(const std::vector<EventPtr>& after, const std::function<void()>& complete);
-  // On failure, before finish(): nothing is copied back.
+  // On failure, before copyBack(): nothing is copied back.
   void dropCopyBacks() { back_.clear(); }
-  // The event the results are ready at (after finish()).
+  // The event the results are ready at (after copyBack()).
   EventPtr done() const { return done_; }
   DeviceOps& ops() { return *ops_; }
 

@@ -50,7 +50,7 @@ class MpsDeviceOps final : public DeviceOps {
     // the results into place once the caller's stream is past the fence.
     void* p = port_->cpuAddress(dev);
     TORCH_CHECK(p != nullptr, "mccl: strided MPS output in Private storage");
-    while (port_->fenceValue() < after_) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    currentWaits(std::make_shared<ValueEvent>(port_, true, after_));
     at::from_blob(p, dev.sizes(), dev.strides(), dev.options().device(at::kCPU)).copy_(host);
   }
   EventPtr recordSide() override { return std::make_shared<ValueEvent>(port_, false, lastCopy_); }

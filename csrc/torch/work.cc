@@ -185,8 +185,14 @@ View Staging::flatten(const std::vector<at::Tensor>& ts, bool writeBack) {
 }
 
 void Staging::finishPiece(bool error) {
-  if (error) copyBack_.clear();
-  if (!dev_) return;  // CPU piece: the core wrote in place
+  if (error) copyBack_.clear();  // nothing of a failed op reaches the caller's tensors
+  if (!dev_) {
+    for (auto& [dst, src] : copyBack_) dst.copy_(src);
+    copyBack_.clear();
+    return;
+  }
+  // Device tensors: copy-backs run on the side stream (the host sources are
+  // pinned; the copies are asynchronous) before the done event.
   if (error) dev_->dropCopyBacks();
   for (auto& [dst, src] : copyBack_) dev_->copyBackLater(dst, src);
   copyBack_.clear();
@@ -197,8 +203,9 @@ void Staging::copyBackAtEnd(const at::Tensor& dst, const at::Tensor& src) {
   if (stagedOnDevice(src)) {
     // Device memory the CPU can see is copied by the CPU (MPS Shared);
     // otherwise on the device's side stream.
-    at::Tensor view = stage(src).ops().hostView(src);
-    stage(src).checkWritable(dst);
+    DeviceStage& ds = stage(src);
+    at::Tensor view = ds.ops().hostView(src);
+    ds.checkWritable(dst);
     atEnd_.emplace_back(dst, view.defined() ? view : src);
   } else {
     atEnd_.emplace_back(dst, src);
@@ -228,22 +235,8 @@ void Staging::finishJoined(bool error, const std::vector<EventPtr>& after,
 }
 
 void Staging::finish(bool error, const std::function<void()>& complete) {
-  if (error) copyBack_.clear();  // nothing of a failed op reaches the caller's tensors
-  if (!dev_) {
-    for (auto& [dst, src] : copyBack_) dst.copy_(src);
-    copyBack_.clear();
-    keep_.clear();
-    complete();
-    return;
-  }
-  // Device tensors: copy-backs run on the side stream (the host sources are
-  // pinned; the copies are asynchronous) before the done event, then the
-  // completion.
-  if (error) dev_->dropCopyBacks();
-  for (auto& [dst, src] : copyBack_) dev_->copyBackLater(dst, src);
-  copyBack_.clear();
-  keep_.clear();
-  dev_->finish(complete);
+  finishPiece(error);
+  finishJoined(error, {}, complete);
 }
 
 WorkMCCL::WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,

@@ -64,11 +64,12 @@ class Staging {
   // the device's side stream current for device ops). With `error`, skips
   // the copy-backs.
   void finish(bool error, const std::function<void()>& complete);
-  // Ops run in pieces (device tensors): this piece's core op is done; its
-  // copy-backs are queued now (skipped after an error).
+  // finish() in two steps, for ops run in pieces: finishPiece() runs or
+  // queues this piece's copy-backs as soon as its core op is done (skipped
+  // after an error) ...
   void finishPiece(bool error);
-  // After every piece's finishPiece: completes the op through this piece's
-  // stage once the side stream has waited for `after` too.
+  // ... and, after every piece's finishPiece, finishJoined() completes the op
+  // through this piece's stage once the side stream has waited for `after`.
   // (`error`: the op failed; nothing more is copied.)
   void finishJoined(bool error, const std::vector<EventPtr>& after,
                     const std::function<void()>& complete);

@@ -53,9 +53,11 @@ def install_fsdp_kernels(dispatch_key: str = "MPS") -> list[str]:
 
 
 class _OneStream:
-    """MPS's single in-order stream, as FSDP2 uses a CUDA stream."""
+    """MPS's single in-order stream, as FSDP2 uses a CUDA stream; events and
+    synchronize come from ``module`` (torch.mps)."""
 
-    def __init__(self, device=None, priority: int = 0, **_):
+    def __init__(self, module, priority: int = 0):
+        self.module = module
         self.device = torch.device("mps")
         self.priority = priority
 
@@ -66,12 +68,12 @@ class _OneStream:
         pass
 
     def record_event(self, event=None):
-        event = event if event is not None else _event_type()()
+        event = event if event is not None else self.module.Event()
         event.record()
         return event
 
     def synchronize(self) -> None:
-        _module().synchronize()
+        self.module.synchronize()
 
     def query(self) -> bool:
         return True
@@ -83,26 +85,13 @@ class _OneStream:
         return 0
 
 
-_mod = None
-
-
-def _module():
-    return _mod if _mod is not None else torch.mps
-
-
-def _event_type():
-    return getattr(_module(), "Event")
-
-
 def install_stream_shim(module=None) -> list[str]:
     """Adds the stream API FSDP2 uses to ``module`` (default ``torch.mps``)
     where it is missing; returns the names added."""
-    global _mod
     module = module if module is not None else torch.mps
-    _mod = module
-    one = _OneStream()
+    one = _OneStream(module)
     shims = {
-        "Stream": _OneStream,
+        "Stream": lambda device=None, priority=0, **_: _OneStream(module, priority),
         "current_stream": lambda device=None: one,
         "default_stream": lambda device=None: one,
         "stream": lambda s=None: contextlib.nullcontext(s),
