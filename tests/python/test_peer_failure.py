@@ -21,7 +21,7 @@ def test_dead_peer_detected_within_two_seconds(world, victim, algo, tmp_path):
 
 
 def test_silent_peer_fails_at_the_op_timeout(tmp_path):
-    outs = run_workers("peer_failure.py", 3, "silent", "2", str(tmp_path / "unused"),
+    outs = run_workers("peer_failure.py", 3, "silent", "2", str(tmp_path / "left_barrier"),
                        expect_exit={2: -9}, timeout=120)
     times = [float(m.group(1)) for o in outs if (m := re.search(r"SILENT_MS ([\d.]+)", o))]
     assert len(times) == 2

@@ -105,10 +105,19 @@ if mode == "dead":
 
 elif mode == "silent":
     dist.barrier()
+    # A barrier's return on rank 0 does not mean the others have returned
+    # (rank 0 may finish while the victim's last message to rank 1 is still
+    # to be sent), so each rank says so in a file before rank 0 stops anyone.
+    if rank != 0:
+        open(f"{stamp}.{rank}", "w").close()
     if rank == victim:
         time.sleep(600)  # stopped here by rank 0, then killed
         sys.exit(3)
     if rank == 0:
+        wait_until = time.monotonic() + 30
+        while not all(os.path.exists(f"{stamp}.{r}") for r in range(1, world)):
+            assert time.monotonic() < wait_until, "the other ranks never left the barrier"
+            time.sleep(0.01)
         os.kill(pids[victim], signal.SIGSTOP)
     time.sleep(0.2)
     # Per-op timeout (shorter than the group's): fails at 1.5 s.
