@@ -188,7 +188,9 @@ void Communicator::stopThreads(bool graceful) {
   if (graceful) {
     // Let queued collectives finish, within a bound.
     std::unique_lock<std::mutex> lock(qmu_);
+    draining_ = true;
     bool idle = qcv_.wait_for(lock, kShutdownGrace, [&] { return queue_.empty() && running_ == 0; });
+    draining_ = false;
     lock.unlock();
     if (!idle) {
       MCCL_LOG(kWarn, selfName(), ": shutdown with collectives still pending after ",
@@ -584,22 +586,20 @@ void Communicator::engineLoop() {
       queue_.pop_front();
       beginLocked(next, lock);
     }
-    reapOps();
     startOp(next);
   }
   reapOps();
 }
 
 void Communicator::startOp(QueuedOp& q) {
+  // Finished ops are freed here (before this one allocates), not by a
+  // wake-up of the watchdog per op.
+  reapOps();
   if (poisoned()) {
     // Nothing of a poisoned group's op may run: it could touch user memory.
     Error p = poisonError();
     matching_->endOp(q.seq);
-    {
-      std::lock_guard<std::mutex> lock(qmu_);
-      --running_;
-    }
-    qcv_.notify_all();
+    opEnded();
     q.work->complete(std::make_exception_ptr(
         Error(p.kind(), strCat(q.work->description(), " failed: ", p.what()))));
     return;
@@ -610,7 +610,7 @@ void Communicator::startOp(QueuedOp& q) {
     std::lock_guard<std::mutex> lock(opsMu_);
     ops_.push_back(op);
   }
-  kickWatchdog();  // a new deadline to watch
+  kickWatchdog(op->deadline().time());  // a new deadline to watch
   Task body;
   try {
     body = q.body(*op);
@@ -627,12 +627,20 @@ void Communicator::startOp(QueuedOp& q) {
 void Communicator::opCompleted(uint64_t seq, std::shared_ptr<Work> work,
                                std::exception_ptr error) {
   matching_->endOp(seq);
+  opEnded();
+  work->complete(error);
+}
+
+void Communicator::opEnded() {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(qmu_);
     --running_;
+    // Only the engine (with ops queued) or shutdown() can be waiting; waking
+    // the idle engine after every op would cost a context switch each.
+    wake = !queue_.empty() || draining_;
   }
-  qcv_.notify_all();  // the engine may start the next op; shutdown() may be waiting
-  work->complete(error);
+  if (wake) qcv_.notify_all();
 }
 
 void Communicator::reapOps() {
@@ -768,14 +776,18 @@ void Communicator::watch(Deadline deadline, std::weak_ptr<Transfer> t) {
       });
     }
     watched_.emplace(deadline.time(), std::move(t));
+    if (deadline.time() >= wdWake_) return;
     ++wdKicks_;
   }
   wdCv_.notify_all();
 }
 
-void Communicator::kickWatchdog() {
+void Communicator::kickWatchdog() { kickWatchdog(Clock::time_point::min()); }
+
+void Communicator::kickWatchdog(Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(wdMu_);
+    if (deadline >= wdWake_) return;  // it wakes before then and rescans
     ++wdKicks_;
   }
   wdCv_.notify_all();
@@ -788,6 +800,7 @@ void Communicator::watchdogLoop() {
     // Anything that changes what to watch bumps wdKicks_ (under wdMu_), also
     // while this thread scans: a kick during the scan means scan again.
     const uint64_t seen = wdKicks_;
+    wdWake_ = Clock::time_point::max();  // while scanning, every kick counts
     // Forget transfers that finished; fail the first one past its deadline.
     auto now = Clock::now();
     while (!watched_.empty()) {
@@ -840,6 +853,7 @@ void Communicator::watchdogLoop() {
     if (wdStop_) break;
     if (rescan) continue;
     auto changed = [&] { return wdStop_ || wdKicks_ != seen; };
+    wdWake_ = next;
     if (next == Clock::time_point::max()) {
       wdCv_.wait(lock, changed);
     } else {

@@ -114,6 +114,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   // An op's Work is final: bookkeeping, then completes `work` (callbacks run
   // on this thread). Called once per op, from any thread.
   void opCompleted(uint64_t seq, std::shared_ptr<Work> work, std::exception_ptr error);
+  void opEnded();  // one op fewer running; wakes whoever must know
 
   // FrameSink (connection receive threads).
   void* payloadDest(Connection& c, const FrameHeader& h) override;
@@ -163,7 +164,11 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   void postControl(int peer, const FrameHeader& h);
   void sendCts(int peer, uint64_t seq, uint32_t tag);
   void watch(Deadline deadline, std::weak_ptr<Transfer> t);
+  // Makes the watchdog rescan; with a deadline, only when it would not wake
+  // before that deadline anyway (one wake-up per op would cost every small
+  // op a context switch).
   void kickWatchdog();
+  void kickWatchdog(Clock::time_point deadline);
   // Header of point-to-point message #seq with `tag` from this rank.
   FrameHeader p2pHeader(uint64_t seq, uint32_t tag) const;
   void p2pDone(const std::shared_ptr<Work>& work, Transfer& t);
@@ -187,6 +192,7 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   uint64_t nextSeq_ = 0;
   int running_ = 0;
   bool stopping_ = false;
+  bool draining_ = false;  // shutdown() waits on qcv_ for the queue to drain
   std::thread engine_;
   std::mutex opsMu_;
   std::vector<std::shared_ptr<OpContext>> ops_;
@@ -213,6 +219,9 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
   std::multimap<Clock::time_point, std::weak_ptr<Transfer>> watched_;
   bool wdStop_ = false;
   uint64_t wdKicks_ = 0;  // bumped whenever the watchdog must rescan
+  // When the sleeping watchdog wakes on its own (max while it scans, or when
+  // it has nothing to watch): a deadline after that needs no wake-up.
+  Clock::time_point wdWake_ = Clock::time_point::max();
   std::thread watchdog_;
 
   // Poison.
