@@ -25,7 +25,8 @@ def _netlab(a) -> int:
 
     try:
         if a.action == "up":
-            lab = Lab.up(a.hosts, rate=a.rate, name=a.name, delay=a.delay, loss=a.loss)
+            lab = Lab.up(a.hosts, rate=a.rate, name=a.name, delay=a.delay, loss=a.loss,
+                         autocorking=a.autocorking)
             print(lab.describe())
         elif a.action == "down":
             down(a.name)
@@ -154,6 +155,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--rate", default="1gbit", help="per-host link rate, both directions (tc tbf)")
     up.add_argument("--delay", default="", help="one-way delay, e.g. 1ms (needs the kernel's netem)")
     up.add_argument("--loss", default="", help="packet loss, e.g. 0.1%% (needs netem)")
+    up.add_argument("--autocorking", action="store_true",
+                    help="keep the kernel's TCP autocorking in the hosts (off by default: on veths it "
+                         "stalls short tails up to the delayed-ACK timer; see mccl.netlab)")
     ns.add_parser("down", help="remove the lab (also the remains of a failed one)")
     st = ns.add_parser("status", help="hosts, rates, measured goodput")
     st.add_argument("--json", action="store_true")

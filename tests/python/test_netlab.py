@@ -38,6 +38,17 @@ def test_goodput_is_near_the_shaped_rate(lab):
     assert Lab.load("mcclt").goodput == g
 
 
+def test_hosts_have_autocorking_off(lab):
+    # The veths' late TX completion turns autocorking into ~40 ms stalls of
+    # short tails (see mccl.netlab); the lab's hosts run without it.
+    knob = "/proc/sys/net/ipv4/tcp_autocorking"
+    for h in lab.hosts:
+        out = subprocess.run(["ip", "netns", "exec", h.netns, "sh", "-c", f"[ ! -e {knob} ] || cat {knob}"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out in ("", "0"), f"{h.netns}: tcp_autocorking={out}"
+    assert "autocorking off" in lab.describe()
+
+
 def test_every_collective_across_hosts(lab):
     outs = run_workers("collectives.py", 3, lab=lab, timeout=400)
     assert "checks passed" in outs[0]
