@@ -52,6 +52,40 @@ TEST(CostModel, PredictionsGrowWithSize) {
   EXPECT_EQ(algo::predictSeconds(m, OpKind::kAllreduce, Algo::kRing, 1 << 20, 1, 1 << 20), 0.0);
 }
 
+TEST(CostModel, ChainChunksShrinkForMediumMessages) {
+  // The 8-host lab's fitted model (1 Gbit/s links, alpha 1 us, o 18 us).
+  CostModel lab;
+  lab.alphaUs = 1.0;
+  lab.overheadUs = 18.2;
+  lab.betaNsPerByte = 8.327;
+  lab.gammaNsPerByte = 0.106;
+  const size_t mib = 1 << 20;
+  // 1 MiB of float32: one 1 MiB chunk would cross the 7 hops one by one;
+  // 64 KiB chunks (the smallest allowed) pipeline them.
+  EXPECT_EQ(algo::chainChunks(lab, OpKind::kBroadcast, mib / 4, 4, 8, mib), 16u);
+  // Never fewer than MCCL_CHUNK_BYTES gives, never below kMinChainChunk.
+  for (size_t bytes : {size_t{0}, size_t{4}, size_t{100000}, 3 * mib + 12, 64 * mib}) {
+    for (int n : {2, 3, 8, 24}) {
+      size_t k = algo::chainChunks(lab, OpKind::kReduce, bytes / 4, 4, n, mib);
+      EXPECT_GE(k, std::max<size_t>(1, (bytes + mib - 1) / mib)) << bytes << " bytes, n " << n;
+      if (k > std::max<size_t>(1, (bytes + mib - 1) / mib)) {
+        EXPECT_GE(bytes / k, algo::kMinChainChunk) << bytes << " bytes, n " << n;
+      }
+    }
+  }
+  // Per-message cost dominates: keep the configured chunks (on two ranks
+  // pipelining gains nothing; on 8 a 20 ms latency still allows 2 chunks).
+  CostModel slow = lab;
+  slow.alphaUs = 20000;
+  EXPECT_EQ(algo::chainChunks(slow, OpKind::kBroadcast, mib / 4, 4, 2, mib), 1u);
+  EXPECT_EQ(algo::chainChunks(slow, OpKind::kBroadcast, mib / 4, 4, 8, mib), 2u);
+  // The selector sees the shorter chain: at 4 MiB on 8 lab hosts the chain
+  // (64 chunks) beats the binomial tree.
+  CommConfig c;
+  c.size = 8;
+  EXPECT_EQ(algo::choose(c, lab, OpKind::kBroadcast, 4 * mib), Algo::kChain);
+}
+
 TEST(CostModel, EveryRankUsesRankZerosModel) {
   // Rank-local models that would pick different algorithms: the group must
   // still agree (rank 0's model travels in the bootstrap record).

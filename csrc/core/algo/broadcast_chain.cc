@@ -3,6 +3,7 @@
 // link carries the buffer once, so the time approaches size / bandwidth.
 // Zero copy: receives land in the output, forwards read from it.
 #include "algo/common.h"
+#include "algo/model.h"
 
 namespace mccl::algo {
 
@@ -11,7 +12,7 @@ Task broadcastChain(OpContext& ctx, BroadcastOptions o) {
   if (n == 1) co_return;
   const int vr = mod(ctx.rank() - o.root, n);
   const size_t es = dtypeSize(o.dtype);
-  const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
+  const size_t nch = chainChunks(ctx.model(), OpKind::kBroadcast, o.count, es, n, ctx.config().chunkBytes);
   auto* buf = static_cast<uint8_t*>(o.buf);
   const int prev = mod(vr - 1 + o.root, n), next = mod(vr + 1 + o.root, n);
 

@@ -4,17 +4,48 @@
 #include <cmath>
 
 namespace mccl::algo {
+namespace {
+
+// One step of an algorithm: a rank sends and receives `xs` bytes. Its CPU
+// work per message (2o: post, copy, complete) overlaps the wire time of the
+// data, so a step costs latency plus the larger of the two; local reduction
+// of what arrived comes after.
+double stepSeconds(const CostModel& m, double xs, double reduce) {
+  const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
+  const double b = m.betaNsPerByte * 1e-9, g = m.gammaNsPerByte * 1e-9;
+  return a + std::max(2 * o, xs * b) + reduce * xs * g;
+}
+
+double chainSeconds(const CostModel& m, OpKind op, double bytes, int n, size_t chunks) {
+  const double k = static_cast<double>(chunks);
+  return (n - 2 + k) * stepSeconds(m, bytes / k, op == OpKind::kReduce ? 1 : 0);
+}
+
+}  // namespace
+
+size_t chainChunks(const CostModel& m, OpKind op, size_t count, size_t elemSize, int n,
+                   size_t chunkBytes) {
+  const size_t perChunk = std::max<size_t>(1, chunkBytes / std::max<size_t>(1, elemSize));
+  const size_t first = std::max<size_t>(1, (count + perChunk - 1) / perChunk);
+  const double bytes = static_cast<double>(count) * static_cast<double>(elemSize);
+  size_t best = first;
+  double bestTime = chainSeconds(m, op, bytes, n, first);
+  for (size_t k = first * 2; k <= count && bytes / static_cast<double>(k) >= kMinChainChunk; k *= 2) {
+    const double t = chainSeconds(m, op, bytes, n, k);
+    if (t < bestTime) {
+      best = k;
+      bestTime = t;
+    }
+  }
+  return best;
+}
 
 double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, int n,
                       size_t chunkBytes) {
   if (n <= 1) return 0.0;
   const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
   const double b = m.betaNsPerByte * 1e-9, g = m.gammaNsPerByte * 1e-9;
-  // One step of an algorithm: a rank sends and receives `xs` bytes. Its CPU
-  // work per message (2o: post, copy, complete) overlaps the wire time of
-  // the data, so a step costs latency plus the larger of the two; local
-  // reduction of what arrived comes after.
-  auto step = [&](double xs, double reduce) { return a + std::max(2 * o, xs * b) + reduce * xs * g; };
+  auto step = [&](double xs, double reduce) { return stepSeconds(m, xs, reduce); };
   // k messages to or from different peers at once (direct algorithms).
   auto fan = [&](double k, double xs, double reduce) {
     return a + std::max(2 * k * o, k * xs * b) + reduce * k * xs * g;
@@ -24,18 +55,16 @@ double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, in
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const double rounds = std::log2(static_cast<double>(p)) + (p == n ? 0 : 2);
-  const double nch = std::max(1.0, std::ceil(x / static_cast<double>(std::max<size_t>(1, chunkBytes))));
-  const double chunk = x / nch;
   switch (op) {
     case OpKind::kAllreduce:
       if (algo == Algo::kRing) return (nn - 1) * (step(x / nn, 1) + step(x / nn, 0));
       if (algo == Algo::kDirect) return fan(nn - 1, x, 1);
       return rounds * step(x, 1);  // recursive doubling
     case OpKind::kBroadcast:
-      if (algo == Algo::kChain) return (nn - 2 + nch) * step(chunk, 0);
+      if (algo == Algo::kChain) return chainSeconds(m, op, x, n, chainChunks(m, op, bytes, 1, n, chunkBytes));
       return logn * step(x, 0);  // binomial
     case OpKind::kReduce:
-      if (algo == Algo::kChain) return (nn - 2 + nch) * step(chunk, 1);
+      if (algo == Algo::kChain) return chainSeconds(m, op, x, n, chainChunks(m, op, bytes, 1, n, chunkBytes));
       return logn * step(x, 1);
     case OpKind::kAllgather:
       if (algo == Algo::kRing) return (nn - 1) * step(x, 0);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "algo/common.h"
+#include "algo/model.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -29,7 +30,7 @@ Task reduceChain(OpContext& ctx, ReduceOptions o) {
     }
   }
   if (n == 1) co_return;
-  const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
+  const size_t nch = chainChunks(ctx.model(), OpKind::kReduce, o.count, es, n, ctx.config().chunkBytes);
   const int prev = mod(vr - 1 + o.root, n), next = mod(vr + 1 + o.root, n);
 
   if (vr == n - 1) {  // the head of the chain sends its input as is

@@ -42,6 +42,7 @@ class OpContext {
   uint64_t seq() const { return seq_; }
   const OpSignature& sig() const { return sig_; }
   const CommConfig& config() const { return comm_.config(); }
+  const CostModel& model() const { return comm_.model(); }
 
   std::shared_ptr<SendRequest> isend(int peer, uint32_t slot, const void* data, size_t bytes);
   std::shared_ptr<RecvRequest> irecv(int peer, uint32_t slot, void* data, size_t bytes);
