@@ -109,7 +109,11 @@ def _plan(a) -> int:
             print("mccl plan --validate: give the links' goodput (--link-gbit, e.g. from mccl netlab "
                   "goodput) or --tune FILE", file=sys.stderr)
             return 2
-        rows = plan.validate(scaling, alpha, over, beta, a.backward_share, a.layers)
+        try:
+            rows = plan.validate(scaling, alpha, over, beta, a.backward_share, a.layers)
+        except ValueError as e:
+            print(f"mccl plan --validate {a.validate}: {e}", file=sys.stderr)
+            return 2
         print(json.dumps(rows, indent=1) if a.json else
               f"mccl plan --validate {a.validate}: alpha {alpha:g} us, o {over:g} us, "
               f"{8 / beta:.3f} Gbit/s per link, backward {100 * a.backward_share:.0f} % of the step, "

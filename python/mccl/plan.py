@@ -112,6 +112,8 @@ def validate(scaling: dict, alpha_us: float, overhead_us: float, beta_ns_per_byt
     ``mccl-bench scaling --json`` result, from its one-rank step time, its DDP
     bucket size, the model's layers (the ViT preset's depth unless given) and
     the network's alpha/beta (no measured hidden share)."""
+    if scaling.get("fsdp"):
+        raise ValueError("--validate models DDP's bucketed all-reduce; this scaling run used FSDP2")
     if layers is None and scaling.get("preset"):
         from .workloads.vit import PRESETS
         layers = PRESETS[scaling["preset"]][1] if scaling["preset"] in PRESETS else None

@@ -115,6 +115,10 @@ def test_validate_reports_prediction_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate", str(f)], capture_output=True,
                        text=True)
     assert p.returncode == 2 and "--link-gbit" in p.stderr
+    f.write_text(json.dumps({**s, "fsdp": True}))  # the bucket model is DDP's
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate", str(f), "--link-gbit", "8"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "FSDP2" in p.stderr
 
 
 def test_model_matches_measured_runs_at_2_and_4(tmp_path):

@@ -76,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--emulate-ms", type=float, default=0.0,
                     help="emulated device time per step (see python -m mccl.workloads.vit --help)")
     sc.add_argument("--bucket-mb", type=float, default=0.0, help="DDP bucket size (0: the workload's 25)")
+    sc.add_argument("--fsdp", action="store_true", help="FSDP2 (all-gather + reduce-scatter) instead of DDP")
     sc.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     sc.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
     sc.add_argument("--timeout", type=float, default=3600)

@@ -33,6 +33,8 @@ def run(args) -> dict:
         base += ["--emulate-ms", str(args.emulate_ms)]
     if args.bucket_mb:
         base += ["--bucket-mb", str(args.bucket_mb)]
+    if args.fsdp:
+        base.append("--fsdp")
     env = {"OMP_NUM_THREADS": str(args.threads or 1)}
     placement = {}
     if args.netlab:
@@ -44,13 +46,14 @@ def run(args) -> dict:
     runs = []
     print(f"# mccl-bench scaling: ViT preset {args.preset}, batch {args.batch}/rank, {args.steps} timed steps, "
           f"device {args.device}{', network lab ' + args.netlab if args.netlab else ', local ranks'}"
-          f"{f', {args.emulate_ms:g} ms emulated device time per step' if args.emulate_ms else ''}", flush=True)
+          f"{f', {args.emulate_ms:g} ms emulated device time per step' if args.emulate_ms else ''}"
+          f"{', FSDP2 (no hidden share: its all-gathers cannot be skipped)' if args.fsdp else ', DDP'}", flush=True)
     print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'hidden':>7}",
           flush=True)
     one = None
     for n in ns:
         for b in (["none"] if n == 1 else backends):
-            cmd = base + ([] if n == 1 else ["--backend", b, "--measure-overlap"])
+            cmd = base + ([] if n == 1 else ["--backend", b] + ([] if args.fsdp else ["--measure-overlap"]))
             try:
                 res = launch(cmd, n, timeout=args.timeout, env=env, **placement)
             except LaunchError as e:
@@ -65,7 +68,7 @@ def run(args) -> dict:
             print(f"{r['backend']:>8} {n:>3} {r['samples_per_s']:>10.1f} {r['step_s'] * 1000:>10.1f} "
                   f"{eff:>11} {hidden:>7}", flush=True)
     out = {"preset": args.preset, "batch_per_rank": args.batch, "device": args.device,
-           "emulate_ms": args.emulate_ms, "bucket_mb": args.bucket_mb,
+           "emulate_ms": args.emulate_ms, "bucket_mb": args.bucket_mb, "fsdp": bool(args.fsdp),
            "netlab": args.netlab, "runs": runs}
     if args.json:
         with open(args.json, "w") as f:

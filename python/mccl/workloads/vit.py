@@ -9,6 +9,10 @@ generated locally (no downloads); every rank draws different images.
     python -m mccl.workloads.vit --preset tiny             (one process, installed package)
     torchrun --nnodes 4 --nproc_per_node 1 ... examples/train_vit.py --device mps --bf16
 
+With --fsdp the model is sharded with FSDP2 (``fully_shard`` per block and
+at the root): parameters are all-gathered before use and gradients
+reduce-scattered, instead of DDP's gradient all-reduce.
+
 Prints a progress line per step and a summary: samples/s over the timed
 steps (after --warmup), step time, and with --measure-overlap the step time
 without gradient synchronisation and the time of the gradient all-reduce
@@ -110,6 +114,8 @@ def parse(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for forward and backward")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size")
+    ap.add_argument("--fsdp", action="store_true",
+                    help="shard the model with FSDP2 (fully_shard per block) instead of DDP")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--measure-overlap", action="store_true",
                     help="also time steps without gradient sync and the gradient all-reduce alone")
@@ -154,7 +160,14 @@ def main(argv=None) -> int:
               f"{f', {args.emulate_ms:g} ms emulated device time per step' if args.emulate_ms else ''}",
               flush=True)
     ddp = model
-    if distributed and world > 1:
+    if distributed and world > 1 and args.fsdp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh(dev.type, (world,))
+        for blk in model.blocks:
+            fully_shard(blk, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    elif distributed and world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     image = PRESETS[args.preset][5]
@@ -204,9 +217,9 @@ def main(argv=None) -> int:
     result = {"preset": args.preset, "params": nparams, "world": world,
               "backend": args.backend if distributed else "none", "device": str(dev),
               "batch_per_rank": args.batch, "bf16": args.bf16, "emulate_ms": args.emulate_ms,
-              "bucket_mb": args.bucket_mb, "step_s": step_s,
+              "bucket_mb": args.bucket_mb, "fsdp": args.fsdp and distributed and world > 1, "step_s": step_s,
               "samples_per_s": world * args.batch / step_s, "final_loss": loss}
-    if args.measure_overlap and ddp is not model:
+    if args.measure_overlap and ddp is not model:  # (DDP only: FSDP's all-gathers cannot be skipped)
         result["step_nosync_s"], _ = timed(args.steps, sync_grads=False, label="no-sync")
         flat = torch.zeros(nparams, device=dev)
         for _ in range(2):
