@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "algo/model.h"
 #include "harness.h"
 #include "typed.h"
 
@@ -106,6 +107,51 @@ TEST(Broadcast, AllAlgorithmsRootsAndCounts) {
           }
         }
       }, [&](CommConfig& c) { c.algo = algo; pipelined(c); });
+    }
+  }
+}
+
+// A model like the network lab's makes the chain cut a 1.2 MB buffer into
+// more chunks than MCCL_CHUNK_BYTES alone would (every rank the same count).
+TEST(Broadcast, ChainAndReduceInModelSizedChunks) {
+  CostModel lab;
+  lab.alphaUs = 1.0;
+  lab.overheadUs = 18.2;
+  lab.betaNsPerByte = 8.3;
+  lab.gammaNsPerByte = 0.1;
+  const size_t count = 300007;  // float32, a prime
+  for (int n : {2, 3, 8}) {
+    const size_t k = algo::chainChunks(lab, OpKind::kBroadcast, count, 4, n, 1 << 20);
+    if (n > 2) ASSERT_GT(k, 2u) << "the model should pipeline a 1.2 MB chain on " << n << " ranks";
+    for (std::string algo : {"broadcast=chain,reduce=chain"}) {
+      runRanks(n, [&](Communicator& comm) {
+        const int root = n / 2;
+        Buffer buf(DataType::kFloat32, count);
+        for (size_t i = 0; i < count; ++i) {
+          buf.set(i, comm.rank() == root ? value(DataType::kFloat32, ReduceOp::kSum, root, i, 7) : 99);
+        }
+        broadcast(comm, BroadcastOptions{buf.data(), count, DataType::kFloat32, root})->wait();
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(buf.at(i), value(DataType::kFloat32, ReduceOp::kSum, root, i, 7))
+              << where(comm, "broadcast", DataType::kFloat32, ReduceOp::kSum, count, i);
+        }
+        Buffer r(DataType::kInt32, count);
+        for (size_t i = 0; i < count; ++i) r.set(i, value(DataType::kInt32, ReduceOp::kSum, comm.rank(), i, 8));
+        ReduceOptions ro;
+        ro.buf = r.data();
+        ro.count = count;
+        ro.dtype = DataType::kInt32;
+        ro.op = ReduceOp::kSum;
+        ro.root = root;
+        reduce(comm, ro)->wait();
+        if (comm.rank() == root) {
+          for (size_t i = 0; i < count; ++i) {
+            Buffer w(DataType::kInt32, 1);
+            w.set(0, reference(DataType::kInt32, ReduceOp::kSum, n, i, 8, 1.0));
+            ASSERT_EQ(r.at(i), w.at(0)) << where(comm, "reduce", DataType::kInt32, ReduceOp::kSum, count, i);
+          }
+        }
+      }, [&](CommConfig& c) { c.algo = algo; c.model = lab; });
     }
   }
 }
