@@ -138,6 +138,8 @@ def _plan(a) -> int:
     if missing:
         print(f"mccl plan: missing {', '.join(missing)}: give --scaling FILE (from mccl-bench scaling "
               f"--json) or --params/--batch/--step-ms and --hidden or --bucket-mb", file=sys.stderr)
+        if "step time" in fields["sources"]:
+            print(f"mccl plan: {fields['sources']['step time']}", file=sys.stderr)
         return 2
     inp = plan.Inputs(**fields, ref_name=a.ref_name, hours_per_night=a.hours)
     result = plan.plan(inp, [int(x) for x in a.nodes.split(",")])

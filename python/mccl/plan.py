@@ -201,7 +201,12 @@ def inputs_from_files(scaling: str | None, tune: str | None, matmul: str | None,
                   and "hidden_share" in r]
         if shares:
             out["hidden"] = min(shares)
-        out["sources"]["step time and hidden share"] = f"{scaling} ({backend}, the least hidden of its runs)"
+        if s.get("fsdp"):
+            # Its one-rank step is still the compute time; the overlap model is DDP's.
+            out["sources"]["step time"] = (f"{scaling} (an FSDP2 run: no hidden share; the plan models DDP, "
+                                           "so give --bucket-mb or --hidden)")
+        else:
+            out["sources"]["step time and hidden share"] = f"{scaling} ({backend}, the least hidden of its runs)"
     if tune:
         vals = {}
         with open(tune) as f:

@@ -119,6 +119,9 @@ def test_validate_reports_prediction_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate", str(f), "--link-gbit", "8"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "FSDP2" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--scaling", str(f), "--nodes", "24"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "FSDP2 run" in p.stderr and "--bucket-mb" in p.stderr
 
 
 def test_model_matches_measured_runs_at_2_and_4(tmp_path):
