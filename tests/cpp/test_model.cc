@@ -86,6 +86,28 @@ TEST(CostModel, ChainChunksShrinkForMediumMessages) {
   EXPECT_EQ(algo::choose(c, lab, OpKind::kBroadcast, 4 * mib), Algo::kChain);
 }
 
+TEST(CostModel, SharedHostFavoursTheTreeForBroadcast) {
+  // The loopback VM's tuned model: on separate hosts the chain wins at 2 and
+  // 16 MiB, on one host (every link sharing two cores) the binomial tree,
+  // as measured there (docs/benchmarks.md, loopback).
+  CostModel vm;
+  vm.alphaUs = 9.91;
+  vm.overheadUs = 9.16;
+  vm.betaNsPerByte = 0.9158;
+  vm.gammaNsPerByte = 0.0912;
+  CommConfig c;
+  c.size = 4;
+  EXPECT_EQ(algo::choose(c, vm, OpKind::kBroadcast, 2 << 20), Algo::kChain);
+  EXPECT_EQ(algo::choose(c, vm, OpKind::kBroadcast, 16 << 20), Algo::kChain);
+  vm.sharedHost = true;
+  EXPECT_EQ(algo::choose(c, vm, OpKind::kBroadcast, 2 << 20), Algo::kBinomial);
+  EXPECT_EQ(algo::choose(c, vm, OpKind::kBroadcast, 16 << 20), Algo::kBinomial);
+  // The flag travels in the bootstrap record.
+  EXPECT_TRUE(CostModel::parse(vm.serialize(), "t").sharedHost);
+  vm.sharedHost = false;
+  EXPECT_FALSE(CostModel::parse(vm.serialize(), "t").sharedHost);
+}
+
 TEST(CostModel, EveryRankUsesRankZerosModel) {
   // Rank-local models that would pick different algorithms: the group must
   // still agree (rank 0's model travels in the bootstrap record).

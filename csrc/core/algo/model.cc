@@ -10,15 +10,31 @@ namespace {
 // work per message (2o: post, copy, complete) overlaps the wire time of the
 // data, so a step costs latency plus the larger of the two; local reduction
 // of what arrived comes after.
-double stepSeconds(const CostModel& m, double xs, double reduce) {
+double stepSeconds(const CostModel& m, double xs, double reduce, double share = 1.0) {
   const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
-  const double b = m.betaNsPerByte * 1e-9, g = m.gammaNsPerByte * 1e-9;
+  const double b = m.betaNsPerByte * 1e-9 * share, g = m.gammaNsPerByte * 1e-9;
   return a + std::max(2 * o, xs * b) + reduce * xs * g;
+}
+
+// On a shared host, a step with `flows` transfers at once costs flows/n of
+// β per byte (β was measured with the ring's n at once); elsewhere each link
+// is its own wire.
+double shareOf(const CostModel& m, double flows, int n) {
+  return m.sharedHost ? std::min(1.0, flows / n) : 1.0;
 }
 
 double chainSeconds(const CostModel& m, OpKind op, double bytes, int n, size_t chunks) {
   const double k = static_cast<double>(chunks);
-  return (n - 2 + k) * stepSeconds(m, bytes / k, op == OpKind::kReduce ? 1 : 0);
+  return (n - 2 + k) * stepSeconds(m, bytes / k, op == OpKind::kReduce ? 1 : 0, shareOf(m, n - 1, n));
+}
+
+// ceil(log2 n) rounds; round j has min(2^j, n - 2^j) transfers at once.
+double binomialSeconds(const CostModel& m, OpKind op, double bytes, int n) {
+  double t = 0;
+  for (int span = 1; span < n; span *= 2) {
+    t += stepSeconds(m, bytes, op == OpKind::kReduce ? 1 : 0, shareOf(m, std::min(span, n - span), n));
+  }
+  return t;
 }
 
 }  // namespace
@@ -62,10 +78,10 @@ double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, in
       return rounds * step(x, 1);  // recursive doubling
     case OpKind::kBroadcast:
       if (algo == Algo::kChain) return chainSeconds(m, op, x, n, chainChunks(m, op, bytes, 1, n, chunkBytes));
-      return logn * step(x, 0);  // binomial
+      return binomialSeconds(m, op, x, n);
     case OpKind::kReduce:
       if (algo == Algo::kChain) return chainSeconds(m, op, x, n, chainChunks(m, op, bytes, 1, n, chunkBytes));
-      return logn * step(x, 1);
+      return binomialSeconds(m, op, x, n);
     case OpKind::kAllgather:
       if (algo == Algo::kRing) return (nn - 1) * step(x, 0);
       return fan(nn - 1, x, 0);  // direct

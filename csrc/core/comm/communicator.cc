@@ -57,7 +57,9 @@ void Communicator::bootstrap() {
   if (cfg_.rank == 0) {
     boot.resize(fixed);
     secureRandom(boot.data(), boot.size());
-    std::string model = cfg_.model.serialize();
+    CostModel agreed = cfg_.model;
+    agreed.sharedHost = itf.loopback;  // then every rank reaches rank 0 over loopback
+    std::string model = agreed.serialize();
     boot.insert(boot.end(), model.begin(), model.end());
     std::lock_guard<std::mutex> lock(storeMu_);
     store_->set(kBootstrapKey, boot);
@@ -72,6 +74,7 @@ void Communicator::bootstrap() {
   std::memcpy(identity_.secret.data(), boot.data() + 8, identity_.secret.size());
   if (cfg_.rank == 0) {
     model_ = cfg_.model;
+    model_.sharedHost = itf.loopback;
   } else {
     model_ = CostModel::parse(std::string(boot.begin() + static_cast<long>(fixed), boot.end()),
                               "rank 0's cost model");

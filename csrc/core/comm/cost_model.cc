@@ -35,14 +35,15 @@ CostModel CostModel::parse(const std::string& text, const std::string& source) {
     key = trim(key);
     value = trim(value);
     if (key != "alpha_us" && key != "overhead_us" && key != "beta_ns_per_byte" &&
-        key != "gamma_ns_per_byte") {
+        key != "gamma_ns_per_byte" && key != "shared_host") {
       continue;  // other keys (how and when it was measured) are informational
     }
     char* end = nullptr;
     double v = std::strtod(value.c_str(), &end);
     MCCL_USAGE_CHECK(end != value.c_str() && *end == '\0' && v >= 0, source, ":", lineNo,
                      ": '", value, "' is not a non-negative number");
-    if (key == "alpha_us") m.alphaUs = v;
+    if (key == "shared_host") m.sharedHost = v != 0;
+    else if (key == "alpha_us") m.alphaUs = v;
     else if (key == "overhead_us") m.overheadUs = v;
     else if (key == "beta_ns_per_byte") m.betaNsPerByte = v;
     else m.gammaNsPerByte = v;
@@ -52,7 +53,8 @@ CostModel CostModel::parse(const std::string& text, const std::string& source) {
 
 std::string CostModel::serialize() const {
   return strCat("alpha_us=", alphaUs, "\noverhead_us=", overheadUs, "\nbeta_ns_per_byte=",
-                betaNsPerByte, "\ngamma_ns_per_byte=", gammaNsPerByte, "\n");
+                betaNsPerByte, "\ngamma_ns_per_byte=", gammaNsPerByte, "\n",
+                sharedHost ? "shared_host=1\n" : "");
 }
 
 CostModel CostModel::load() {

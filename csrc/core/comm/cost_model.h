@@ -14,6 +14,11 @@ struct CostModel {
   double overheadUs = 10.0;    // CPU time to send or to receive one message
   double betaNsPerByte = 0.8;  // link transfer time per byte (10 GbE ~ 0.8)
   double gammaNsPerByte = 0.1; // local reduction time per byte
+  // Every rank runs on one host (rank 0 talks over loopback): the "links"
+  // then share that host's cores and memory, so a step with fewer transfers
+  // at once runs faster per byte than the ring (all n at once) under which
+  // β was measured. Set at bootstrap, not read from tune files.
+  bool sharedHost = false;
   std::string source = "built-in defaults";
 
   // Defaults, then the tune file (MCCL_TUNE_FILE or ~/.cache/mccl/tune.conf)
@@ -21,7 +26,8 @@ struct CostModel {
   // for a malformed file.
   static CostModel load();
   // Parses "key=value" lines (alpha_us, overhead_us, beta_ns_per_byte,
-  // gamma_ns_per_byte); '#' starts a comment.
+  // gamma_ns_per_byte; shared_host, 0 or 1, in the bootstrap record); '#'
+  // starts a comment.
   static CostModel parse(const std::string& text, const std::string& source);
   std::string serialize() const;
   static std::string defaultPath();
