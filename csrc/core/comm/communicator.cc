@@ -55,11 +55,11 @@ void Communicator::bootstrap() {
   const size_t fixed = 8 + identity_.secret.size();
   std::vector<uint8_t> boot;
   if (cfg_.rank == 0) {
+    model_ = cfg_.model;
+    model_.sharedHost = itf.loopback;  // then every rank reaches rank 0 over loopback
     boot.resize(fixed);
     secureRandom(boot.data(), boot.size());
-    CostModel agreed = cfg_.model;
-    agreed.sharedHost = itf.loopback;  // then every rank reaches rank 0 over loopback
-    std::string model = agreed.serialize();
+    std::string model = model_.serialize();
     boot.insert(boot.end(), model.begin(), model.end());
     std::lock_guard<std::mutex> lock(storeMu_);
     store_->set(kBootstrapKey, boot);
@@ -72,10 +72,7 @@ void Communicator::bootstrap() {
                    " bytes); is another program using the same store prefix?");
   std::memcpy(&identity_.group, boot.data(), 8);
   std::memcpy(identity_.secret.data(), boot.data() + 8, identity_.secret.size());
-  if (cfg_.rank == 0) {
-    model_ = cfg_.model;
-    model_.sharedHost = itf.loopback;
-  } else {
+  if (cfg_.rank != 0) {
     model_ = CostModel::parse(std::string(boot.begin() + static_cast<long>(fixed), boot.end()),
                               "rank 0's cost model");
   }
@@ -779,10 +776,8 @@ void Communicator::watch(Deadline deadline, std::weak_ptr<Transfer> t) {
       });
     }
     watched_.emplace(deadline.time(), std::move(t));
-    if (deadline.time() >= wdWake_) return;
-    ++wdKicks_;
   }
-  wdCv_.notify_all();
+  kickWatchdog(deadline.time());
 }
 
 void Communicator::kickWatchdog() { kickWatchdog(Clock::time_point::min()); }
