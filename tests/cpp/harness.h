@@ -100,4 +100,11 @@ inline void runRanks(int n, const RankFn& fn, const ConfigFn& configure = nullpt
   }
 }
 
+// The cost model `mccl-bench --tune` fitted on the 8-host network lab
+// (1 Gbit/s links; docs/benchmarks.md): per-message costs small beside the
+// wire time of a chunk, so chains pipeline medium messages.
+inline CostModel labModel() {
+  return CostModel{.alphaUs = 1.0, .overheadUs = 18.2, .betaNsPerByte = 8.327, .gammaNsPerByte = 0.1064};
+}
+
 }  // namespace mccl::test

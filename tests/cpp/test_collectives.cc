@@ -114,11 +114,7 @@ TEST(Broadcast, AllAlgorithmsRootsAndCounts) {
 // A model like the network lab's makes the chain cut a 1.2 MB buffer into
 // more chunks than MCCL_CHUNK_BYTES alone would (every rank the same count).
 TEST(Broadcast, ChainAndReduceInModelSizedChunks) {
-  CostModel lab;
-  lab.alphaUs = 1.0;
-  lab.overheadUs = 18.2;
-  lab.betaNsPerByte = 8.3;
-  lab.gammaNsPerByte = 0.1;
+  const CostModel lab = labModel();
   const size_t count = 300007;  // float32, a prime
   for (int n : {2, 3, 8}) {
     // These ranks share one host (loopback), which the agreed model records.

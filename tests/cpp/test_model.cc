@@ -53,12 +53,7 @@ TEST(CostModel, PredictionsGrowWithSize) {
 }
 
 TEST(CostModel, ChainChunksShrinkForMediumMessages) {
-  // The 8-host lab's fitted model (1 Gbit/s links, alpha 1 us, o 18 us).
-  CostModel lab;
-  lab.alphaUs = 1.0;
-  lab.overheadUs = 18.2;
-  lab.betaNsPerByte = 8.327;
-  lab.gammaNsPerByte = 0.106;
+  const CostModel lab = labModel();
   const size_t mib = 1 << 20;
   // 1 MiB of float32: one 1 MiB chunk would cross the 7 hops one by one;
   // 64 KiB chunks (the smallest allowed) pipeline them.
@@ -90,11 +85,7 @@ TEST(CostModel, SharedHostFavoursTheTreeForBroadcast) {
   // The loopback VM's tuned model: on separate hosts the chain wins at 2 and
   // 16 MiB, on one host (every link sharing two cores) the binomial tree,
   // as measured there (docs/benchmarks.md, loopback).
-  CostModel vm;
-  vm.alphaUs = 9.91;
-  vm.overheadUs = 9.16;
-  vm.betaNsPerByte = 0.9158;
-  vm.gammaNsPerByte = 0.0912;
+  CostModel vm{.alphaUs = 9.91, .overheadUs = 9.16, .betaNsPerByte = 0.9158, .gammaNsPerByte = 0.0912};
   CommConfig c;
   c.size = 4;
   EXPECT_EQ(algo::choose(c, vm, OpKind::kBroadcast, 2 << 20), Algo::kChain);

@@ -9,6 +9,15 @@ import pytest
 from mccl import plan
 
 
+def scaling(tmp_path, *args):
+    """Runs `mccl-bench scaling` on local ranks; returns its JSON, the file and its output."""
+    s = tmp_path / "scaling.json"
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling", *args, "--json", str(s), "--timeout", "240"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(s.read_text()), s, p.stdout
+
+
 def inputs(**kw):
     base = dict(params=1_000_000, batch=32, compute_s=0.5, hidden=0.5, alpha_us=50.0, overhead_us=10.0,
                 beta_ns_per_byte=1.0)
@@ -49,12 +58,9 @@ def test_plan_cli_needs_its_inputs_and_prints_json():
 
 
 def test_scaling_bench_feeds_the_plan(tmp_path):
-    s = tmp_path / "scaling.json"
-    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling", "--ns", "1,2", "--backends", "mccl,gloo",
-                        "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "4", "--json", str(s),
-                        "--timeout", "240"], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    runs = json.loads(s.read_text())["runs"]
+    out, s, _ = scaling(tmp_path, "--ns", "1,2", "--backends", "mccl,gloo", "--preset", "tiny", "--steps", "3",
+                        "--warmup", "1", "--batch", "4")
+    runs = out["runs"]
     assert [(r["world"], r["backend"]) for r in runs] == [(1, "none"), (2, "mccl"), (2, "gloo")]
     assert runs[0]["efficiency"] == pytest.approx(1.0)
     assert all(0 < r["efficiency"] for r in runs) and all(0 <= r["hidden_share"] <= 1 for r in runs[1:])
@@ -67,13 +73,8 @@ def test_scaling_bench_feeds_the_plan(tmp_path):
 def test_scaling_with_emulated_device_time(tmp_path):
     # --emulate-ms adds sleeps in forward and backward: the step takes at
     # least that long; DDP buckets are set by --bucket-mb (recorded).
-    s = tmp_path / "scaling.json"
-    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling", "--ns", "1,2", "--backends", "mccl",
-                        "--preset", "tiny", "--steps", "2", "--warmup", "1", "--batch", "2", "--emulate-ms", "60",
-                        "--bucket-mb", "0.01", "--json", str(s), "--timeout", "240"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    out = json.loads(s.read_text())
+    out, _, _ = scaling(tmp_path, "--ns", "1,2", "--backends", "mccl", "--preset", "tiny", "--steps", "2",
+                        "--warmup", "1", "--batch", "2", "--emulate-ms", "60", "--bucket-mb", "0.01")
     assert out["emulate_ms"] == 60 and out["bucket_mb"] == 0.01
     for r in out["runs"]:
         assert r["step_s"] >= 0.060 and r["emulate_ms"] == 60, r
@@ -131,16 +132,12 @@ def test_model_matches_measured_runs_at_2_and_4(tmp_path):
     # run, within 10 %. Sleep-dominated steps keep the 2-core machine's load
     # out of it (measured errors here: 1-3 %); the lab figures are in
     # docs/benchmarks.md.
-    s = tmp_path / "scaling.json"
-    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling", "--ns", "1,2,4", "--backends", "mccl",
-                        "--preset", "tiny", "--batch", "1", "--steps", "4", "--warmup", "1", "--emulate-ms", "150",
-                        "--bucket-mb", "0.05", "--json", str(s), "--timeout", "240"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    rows = plan.validate(json.loads(s.read_text()), alpha_us=50.0, overhead_us=10.0, beta_ns_per_byte=0.8)
+    out, _, stdout = scaling(tmp_path, "--ns", "1,2,4", "--backends", "mccl", "--preset", "tiny", "--batch", "1",
+                             "--steps", "4", "--warmup", "1", "--emulate-ms", "150", "--bucket-mb", "0.05")
+    rows = plan.validate(out, alpha_us=50.0, overhead_us=10.0, beta_ns_per_byte=0.8)
     assert [r["world"] for r in rows] == [2, 4]
     for r in rows:
-        assert abs(r["error"]) < 0.10, (r, p.stdout)
+        assert abs(r["error"]) < 0.10, (r, stdout)
 
 
 def test_projection_with_the_bucket_model():
