@@ -1,6 +1,6 @@
 // libFuzzer target: a Connection's receive path (framing, buffering, direct
-// reads, abort texts, checksums) fed an arbitrary byte stream by a fake peer
-// over a socket pair. It must end the connection once, with or without an
+// reads, abort texts, checksums, same-host control frames) fed an arbitrary
+// byte stream by a fake peer over a socket pair. It must end the connection once, with or without an
 // error, never crash, and never ask for more payload memory than the frame
 // limit.
 #include <sys/socket.h>
@@ -49,6 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Sink sink;
   {
     Connection conn(Socket(fds[0]), 1, sink, kLimit, 0, "fuzz");
+    FrameHeader tmpl;  // same-host frames are parsed too (the probe fails here)
+    tmpl.src = 0;
+    conn.enableLocalReads(1024, tmpl);
     conn.start();
     // Non-blocking: once the connection has rejected the stream it stops
     // reading, and the rest is dropped (EAGAIN) instead of blocking here.

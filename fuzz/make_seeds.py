@@ -12,8 +12,8 @@ from pathlib import Path
 HERE = Path(__file__).parent
 FRAME = struct.Struct("<IHBBQQQQQIIiIBBBBI")  # 72 bytes, see frame.h
 assert FRAME.size == 72
-MAGIC, VERSION = 0x4C43434D, 1
-DATA, CLOSE, ABORT, RTS, CTS = 1, 2, 3, 4, 5
+MAGIC, VERSION = 0x4C43434D, 2
+DATA, CLOSE, ABORT, RTS, CTS, REF, REF_DONE, LOCAL_HELLO, LOCAL_OK = range(1, 10)
 P2P, CHECKSUM = 1, 2
 
 
@@ -54,11 +54,19 @@ def main():
         "rts": frame(type_=RTS, flags=P2P, op=10, msg=1 << 20),
         "cts": frame(type_=CTS, flags=P2P, op=10),
         "second_part": frame(offset=512, msg=1024, count=256, length=512) + payload[:512],
+        # Same-host frames: a REF carries a 16-byte descriptor (address, token)
+        # instead of its payload; a LOCAL_HELLO a 52-byte identity.
+        "ref": frame(type_=REF, msg=1024, count=256, length=1024) + struct.pack("<QQ", 0x7F0000001000, 1),
+        "ref_done": frame(type_=REF_DONE, op=0, offset=1),
+        "local_hello": frame(type_=LOCAL_HELLO, op=0, length=52) + bytes(range(52)),
+        "local_ok": frame(type_=LOCAL_OK, op=0),
     }
     for name, blob in frames.items():
         write("frame", name, blob[:72] + struct.pack("<I", 1 << 20))
         write("stream", name, blob)
     write("stream", "sequence", b"".join(frames[k] for k in ("data", "p2p", "rts", "cts", "close")))
+    write("stream", "local_sequence",
+          b"".join(frames[k] for k in ("local_hello", "local_ok", "ref_done", "ref")))
     # Handshake: a HelloC from "rank 1" to rank 0 of a 4-rank group (its
     # proof is wrong; the acceptor must refuse it), prefixed by the split byte.
     hello_c = struct.pack("<IHBBQIIIH2x", 0x5348434D, VERSION, 2, 0, 0x0123456789ABCDEF, 1, 0, 4, 29500)

@@ -78,6 +78,11 @@ PYBIND11_MODULE(_C, m) {
           "interface", [](ProcessGroupMCCL& pg) { return pg.comm().interfaceName(); },
           "network interface this rank listens on")
       .def_property_readonly(
+          "ref_frames_sent",
+          [](ProcessGroupMCCL& pg) { return pg.comm().refFramesSent(); },
+          "frames whose payload a same-host peer read from this process's memory "
+          "(MCCL_LOCAL_READ_BYTES; diagnostics)")
+      .def_property_readonly(
           "rejected_connections",
           [](ProcessGroupMCCL& pg) { return pg.comm().rejectedConnections(); },
           "connections closed for failing the handshake (strangers; diagnostics)");

@@ -84,6 +84,33 @@ TEST(Allreduce, RecursiveDoubling) { allreduceSweep("allreduce=recursive_doublin
 TEST(Allreduce, Direct) { allreduceSweep("allreduce=direct"); }
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
 
+// Same-host reads (the ranks are threads of one process, which can always
+// read itself): every frame of at least 1 KiB goes by reference, with the
+// small-chunk pipeline as well. scripts/test.sh also runs the whole suite
+// with MCCL_LOCAL_READ_BYTES=1.
+TEST(Allreduce, RingByReference) {
+  allreduceSweep("allreduce=ring", [](CommConfig& c) {
+    pipelined(c);
+    c.localReadBytes = 1024;
+  });
+}
+
+TEST(Allreduce, ReferencesOnlyWhenLocalReadsAreOn) {
+  for (size_t reads : {size_t{0}, size_t{1024}}) {
+    runRanks(3, [&](Communicator& comm) {
+      for (int k = 0; k < 3; ++k) checkAllreduce(comm, DataType::kFloat32, ReduceOp::kSum, 100003, k);
+      if (reads == 0) {
+        EXPECT_EQ(comm.refFramesSent(), 0u) << "MCCL_LOCAL_READ_BYTES=0 keeps every byte on TCP";
+      } else {
+        EXPECT_GT(comm.refFramesSent(), 0u) << "rank " << comm.rank() << " never sent by reference";
+      }
+    }, [&](CommConfig& c) {
+      c.algo = "allreduce=ring";
+      c.localReadBytes = reads;
+    });
+  }
+}
+
 TEST(Broadcast, AllAlgorithmsRootsAndCounts) {
   for (std::string algo : {"broadcast=binomial", "broadcast=chain"}) {
     for (int n : kWorlds) {

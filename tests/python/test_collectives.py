@@ -21,6 +21,22 @@ def test_collectives_with_pipelined_striped_transport(world):
     run_workers("collectives.py", world, env=env, timeout=420)
 
 
+@pytest.mark.parametrize("world", [3])
+def test_collectives_by_same_host_reads(world):
+    # Every frame goes by reference (the receiver copies it from the sender's
+    # memory with process_vm_readv), in small frames, checksummed: the same
+    # results, and the worker checks that references were really sent.
+    env = {"MCCL_LOCAL_READ_BYTES": "1", "MCCL_CHUNK_BYTES": "4096", "MCCL_FRAME_BYTES": "4096",
+           "MCCL_CHECKSUM": "1", "EXPECT_LOCAL_READS": "1"}
+    run_workers("collectives.py", world, env=env, timeout=420)
+
+
+def test_collectives_all_on_tcp():
+    # MCCL_LOCAL_READ_BYTES=0: not one frame by reference, same results.
+    run_workers("collectives.py", 2, env={"MCCL_LOCAL_READ_BYTES": "0", "EXPECT_LOCAL_READS": "0"},
+                timeout=420)
+
+
 @pytest.mark.parametrize("world", [2, 5])
 def test_collectives_in_pieces(world):
     # all_reduce above 2 x MCCL_PIECE_BYTES runs as pieces.

@@ -166,6 +166,12 @@ size_t Communicator::numConnections() const {
   return n;
 }
 
+uint64_t Communicator::refFramesSent() const {
+  uint64_t n = 0;
+  for (auto& c : allConnections()) n += c->refFramesSent();
+  return n;
+}
+
 size_t Communicator::rejectedConnections() const {
   return listener_ ? listener_->rejected() : 0;
 }
@@ -304,6 +310,12 @@ void Communicator::adopt(Socket sock, int peer, bool accepted, uint16_t peerList
                                            cfg_.inlineBytes,
                                            strCat("connection to ", peerName(peer)));
   conn->setChecksum(cfg_.checksum);
+  if (cfg_.localReadBytes > 0) {
+    FrameHeader tmpl;
+    tmpl.group = identity_.group;
+    tmpl.src = identity_.rank;
+    conn->enableLocalReads(cfg_.localReadBytes, tmpl);
+  }
   bool stopping;
   {
     std::lock_guard<std::mutex> life(qmu_);

@@ -125,6 +125,8 @@ class Communicator : public FrameSink, public std::enable_shared_from_this<Commu
 
   // Diagnostics for tests: open connections and unexpected bytes buffered.
   size_t numConnections() const;
+  // Frames sent by reference to same-host peers (diagnostics).
+  uint64_t refFramesSent() const;
   // Connections the listener closed for failing the handshake (diagnostics).
   size_t rejectedConnections() const;
 

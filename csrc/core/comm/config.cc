@@ -21,6 +21,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.smallBytes = static_cast<size_t>(params::smallBytes());
   c.algo = params::algo();
   c.checksum = params::checksum() != 0;
+  c.localReadBytes = static_cast<size_t>(params::localReadBytes());
   c.model = CostModel::load();
   c.inflightOps = static_cast<int>(params::inflightOps());
   c.pieceBytes = static_cast<size_t>(params::pieceBytes());

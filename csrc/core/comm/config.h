@@ -28,6 +28,9 @@ struct CommConfig {
   size_t frameBytes = 4 << 20;
   size_t inlineBytes = 64 << 10;
   bool checksum = false;  // CRC32C on every data frame (MCCL_CHECKSUM)
+  // Frames of at least this size to a rank on this host are read from the
+  // sender's memory (MCCL_LOCAL_READ_BYTES; 0: always TCP).
+  size_t localReadBytes = 256 << 10;
   size_t unexpectedBytes = 32 << 20;
   size_t p2pEagerBytes = 1 << 20;
   size_t smallBytes = 64 << 10;

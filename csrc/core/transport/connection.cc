@@ -40,6 +40,12 @@ Connection::Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPaylo
 
 Connection::~Connection() { close(); }
 
+void Connection::enableLocalReads(size_t minBytes, const FrameHeader& tmpl) {
+  refMin_ = minBytes;
+  localTmpl_ = tmpl;
+  encodeLocalHello(localIdentity(), helloOut_);
+}
+
 void Connection::start() {
   recvThread_ = std::thread([this] {
     nameThisThread("mccl-recv");
@@ -49,6 +55,19 @@ void Connection::start() {
     nameThisThread("mccl-send");
     sendLoop();
   });
+  if (refMin_ > 0) postLocal(FrameType::kLocalHello, 0, helloOut_, kLocalHelloBytes);
+}
+
+void Connection::postLocal(FrameType type, uint64_t offset, const void* payload, size_t length) {
+  FrameHeader h = localTmpl_;
+  h.type = type;
+  h.offset = offset;
+  h.length = static_cast<uint32_t>(length);
+  SendFrame f;
+  encodeFrame(h, f.header);
+  f.payload = payload;
+  f.length = length;
+  post(f);
 }
 
 void Connection::post(SendFrame frame) {
@@ -64,7 +83,20 @@ void Connection::post(SendFrame frame) {
     if (frame.cb) frame.cb->sendDone(&e);
     return;
   }
-  if (!queue_.empty() || writing_ || frame.length > inlineBytes_) {
+  if (refMin_ > 0 && frame.length >= refMin_ && !refsClosed_ &&
+      frame.header[kTypeOffset] == static_cast<uint8_t>(FrameType::kData) &&
+      peerReadsUs_.load(std::memory_order_relaxed)) {
+    // By reference: the callback waits for the peer's REF_DONE.
+    const uint64_t token = nextToken_++;
+    frame.header[kTypeOffset] = static_cast<uint8_t>(FrameType::kRef);
+    putLE<uint64_t>(frame.desc, reinterpret_cast<uintptr_t>(frame.payload));
+    putLE<uint64_t>(frame.desc + 8, token);
+    frame.byRef = true;
+    pendingRefs_.emplace(token, frame.cb);  // a null callback is still a frame in flight
+    frame.cb = nullptr;
+    refsSent_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!queue_.empty() || writing_ || frame.wireLength() > inlineBytes_) {
     queue_.push_back(frame);
     if (queue_.size() == 1) cv_.notify_one();
     return;
@@ -103,9 +135,11 @@ bool Connection::writeNow(SendFrame& f) {
   } else {
     skip -= kFrameHeaderBytes;
   }
-  if (f.length > skip) iov[n++] = {const_cast<uint8_t*>(static_cast<const uint8_t*>(f.payload)) + skip, f.length - skip};
+  if (f.wireLength() > skip) {
+    iov[n++] = {const_cast<uint8_t*>(f.wirePayload()) + skip, f.wireLength() - skip};
+  }
   f.sent += sock_.sendIovNow(iov, n);
-  return f.sent == kFrameHeaderBytes + f.length;
+  return f.sent == kFrameHeaderBytes + f.wireLength();
 }
 
 void Connection::postClose(const FrameHeader& h) {
@@ -120,6 +154,7 @@ void Connection::postClose(const FrameHeader& h) {
 
 void Connection::postAbort(const FrameHeader& h, const Error& why) {
   std::deque<SendFrame> dropped;
+  std::vector<SendCallback*> droppedRefs;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_ || stopping_ || !abortText_.empty()) return;
@@ -128,6 +163,13 @@ void Connection::postAbort(const FrameHeader& h, const Error& why) {
     if (!dropped.empty() && dropped.front().sent > 0) {
       queue_.push_back(dropped.front());
       dropped.pop_front();
+    }
+    for (const auto& f : dropped) {
+      if (!f.byRef) continue;
+      auto it = pendingRefs_.find(getLE<uint64_t>(f.desc + 8));
+      if (it == pendingRefs_.end()) continue;
+      if (it->second) droppedRefs.push_back(it->second);
+      pendingRefs_.erase(it);
     }
     abortText_ = std::string(why.what()).substr(0, kMaxAbortMessage);
     FrameHeader a = h;
@@ -145,6 +187,7 @@ void Connection::postAbort(const FrameHeader& h, const Error& why) {
   for (auto& f : dropped) {
     if (f.cb) f.cb->sendDone(&why);
   }
+  for (auto* cb : droppedRefs) cb->sendDone(&why);
 }
 
 void Connection::interrupt() {
@@ -171,6 +214,19 @@ void Connection::close() {
   for (auto& f : left) {
     if (f.cb) f.cb->sendDone(&e);
   }
+  failPendingRefs(e);
+}
+
+void Connection::failPendingRefs(const Error& e) {
+  std::map<uint64_t, SendCallback*> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    refsClosed_ = true;
+    left.swap(pendingRefs_);
+  }
+  for (auto& [token, cb] : left) {
+    if (cb) cb->sendDone(&e);
+  }
 }
 
 void Connection::fail(const Error& e) {
@@ -185,6 +241,7 @@ void Connection::fail(const Error& e) {
   for (auto& f : left) {
     if (f.cb) f.cb->sendDone(&e);
   }
+  failPendingRefs(e);
   reportEnd(&e);
 }
 
@@ -218,8 +275,8 @@ void Connection::sendLoop() {
       } else {
         skip -= kFrameHeaderBytes;
       }
-      if (f.length > skip) {
-        iov[n++] = {const_cast<uint8_t*>(static_cast<const uint8_t*>(f.payload)) + skip, f.length - skip};
+      if (f.wireLength() > skip) {
+        iov[n++] = {const_cast<uint8_t*>(f.wirePayload()) + skip, f.wireLength() - skip};
       }
     }
     std::unique_ptr<Error> err;
@@ -300,7 +357,13 @@ bool Connection::readFrame() {
     protocolFault_ = true;
     throwError(ErrorKind::kRemote, name_, ": frame claims to come from rank ", h.src);
   }
-  if (h.type != FrameType::kData) {
+  if (h.type == FrameType::kLocalHello || h.type == FrameType::kLocalOk ||
+      h.type == FrameType::kRefDone) {
+    localControl(h);
+    return true;
+  }
+  const bool byRef = h.type == FrameType::kRef;
+  if (h.type != FrameType::kData && !byRef) {
     std::string text;
     if (h.length > 0) {
       fill(h.length);  // bounded by kMaxAbortMessage < kReadBuffer
@@ -311,11 +374,32 @@ bool Connection::readFrame() {
     sinkCall([&] { sink_.control(*this, h, text); });
     return true;
   }
+  uint64_t refAddr = 0, refToken = 0;
+  const uint32_t pid = readPid_.load();
+  if (byRef) {
+    if (pid == 0) {
+      protocolFault_ = true;
+      throwError(ErrorKind::kRemote, name_, ": ", h.describe(),
+                 " came by reference, but this end never confirmed it can read the peer's memory");
+    }
+    fill(kRefDescriptorBytes);
+    refAddr = getLE<uint64_t>(rbuf_.data() + rstart_);
+    refToken = getLE<uint64_t>(rbuf_.data() + rstart_ + 8);
+    rstart_ += kRefDescriptorBytes;
+  }
   uint8_t* base = nullptr;
   sinkCall([&] { base = static_cast<uint8_t*>(sink_.payloadDest(*this, h)); });
   uint8_t* dst = base;
-  size_t left = h.length;
+  size_t left = byRef ? 0 : h.length;
   try {
+    if (byRef) {
+      afterLarge_ = false;
+      try {
+        readPeerMemory(pid, refAddr, base, h.length);
+      } catch (const Error& e) {
+        throwError(e.kind(), "reading ", h.describe(), " from the peer's memory: ", e.what());
+      }
+    }
     size_t buffered = std::min(left, rend_ - rstart_);
     if (buffered > 0) {
       std::memcpy(dst, rbuf_.data() + rstart_, buffered);
@@ -337,6 +421,7 @@ bool Connection::readFrame() {
     sink_.payloadAborted(*this, h, base);
     throw;
   }
+  if (byRef) postLocal(FrameType::kRefDone, refToken, nullptr, 0);  // the sender's memory is free
   if (h.hasChecksum()) {
     uint32_t got = crc32c(base, h.length);
     if (got != h.checksum) {
@@ -349,6 +434,50 @@ bool Connection::readFrame() {
   }
   sinkCall([&] { sink_.payloadDone(*this, h, base); });
   return true;
+}
+
+void Connection::localControl(const FrameHeader& h) {
+  if (h.type == FrameType::kLocalHello) {
+    fill(kLocalHelloBytes);
+    LocalIdentity peer = decodeLocalHello(rbuf_.data() + rstart_);
+    rstart_ += kLocalHelloBytes;
+    if (refMin_ == 0) return;  // reads are off here: never answer
+    std::string why;
+    if (canReadPeer(peer, &why)) {
+      readPid_.store(peer.pid);
+      MCCL_LOG(kDebug, name_, ": same host; payloads from the peer are read from its memory");
+      postLocal(FrameType::kLocalOk, 0, nullptr, 0);
+    } else {
+      MCCL_LOG(kDebug, name_, ": payloads from the peer stay on TCP: ", why);
+    }
+    return;
+  }
+  if (refMin_ == 0) {
+    protocolFault_ = true;
+    throwError(ErrorKind::kRemote, name_, ": same-host frame (type ", static_cast<int>(h.type),
+               ") on a connection that offered no local reads");
+  }
+  if (h.type == FrameType::kLocalOk) {
+    peerReadsUs_.store(true);
+    return;
+  }
+  SendCallback* cb = nullptr;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pendingRefs_.find(h.offset);
+    if (it != pendingRefs_.end()) {
+      known = true;
+      cb = it->second;
+      pendingRefs_.erase(it);
+    }
+  }
+  if (!known) {
+    protocolFault_ = true;
+    throwError(ErrorKind::kRemote, name_, ": REF_DONE for token ", h.offset,
+               ", which no frame in flight carries");
+  }
+  if (cb) cb->sendDone(nullptr);
 }
 
 void Connection::recvLoop() {
@@ -376,6 +505,10 @@ void Connection::recvLoop() {
   } catch (const std::exception& e) {
     fail(Error(ErrorKind::kSystem, strCat(name_, ": ", e.what())));
   }
+  // No REF_DONE can arrive any more.
+  failPendingRefs(Error(ErrorKind::kRemote,
+                        strCat(name_, ": the connection ended before the peer copied a payload "
+                                      "offered by reference")));
   recvDone_.store(true);
 }
 

@@ -8,6 +8,12 @@
 //    ones, and calls each frame's SendCallback once its bytes are in the
 //    kernel (after which the caller may reuse the payload memory).
 //
+// Same-host reads (enableLocalReads, transport/local_read.h): the two ends
+// probe each other at start; once the peer has said it can read this
+// process, DATA frames of at least the threshold go as REF frames (header +
+// descriptor) and their SendCallback runs when the peer's REF_DONE says the
+// payload is copied, not when the bytes are in the kernel.
+//
 // Failure: the first error (I/O, malformed frame, sink exception) is reported
 // once through FrameSink::connectionEnded, the socket is shut down, and every
 // queued frame's callback receives the error. Nothing blocks forever: close()
@@ -17,6 +23,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +31,7 @@
 #include <vector>
 
 #include "transport/frame.h"
+#include "transport/local_read.h"
 #include "transport/socket.h"
 #include "util/error.h"
 
@@ -61,7 +69,14 @@ struct SendFrame {
   const void* payload = nullptr;
   size_t length = 0;
   SendCallback* cb = nullptr;
-  size_t sent = 0;  // bytes of header + payload already written
+  size_t sent = 0;  // bytes of header + wire payload already written
+  bool byRef = false;  // a REF frame: the descriptor goes on the wire, not the payload
+  uint8_t desc[kRefDescriptorBytes] = {};
+
+  const uint8_t* wirePayload() const {
+    return byRef ? desc : static_cast<const uint8_t*>(payload);
+  }
+  size_t wireLength() const { return byRef ? kRefDescriptorBytes : length; }
 };
 
 class Connection {
@@ -78,6 +93,11 @@ class Connection {
   // (computed by the posting thread). Frames that arrive with a checksum are
   // always verified. Set before start().
   void setChecksum(bool on) { checksum_ = on; }
+  // Offers same-host reads: DATA frames of at least `minBytes` (> 0) go by
+  // reference once the peer proves it can read this process, and this end
+  // reads the peer's REF frames when it can read the peer. `tmpl` gives the
+  // group and this rank for the control frames. Set before start().
+  void enableLocalReads(size_t minBytes, const FrameHeader& tmpl);
   void start();
   int peer() const { return peer_; }
   const SockAddr& peerAddr() const { return peerAddr_; }
@@ -101,6 +121,12 @@ class Connection {
   // Whether the send thread has finished (after a CLOSE or ABORT, once it is out).
   bool sendFinished() const { return sendDone_.load(); }
 
+  // Same-host reads: whether payloads to the peer go by reference now,
+  // whether this end reads the peer's, and how many REF frames it has sent.
+  bool sendsByRef() const { return peerReadsUs_.load(); }
+  bool readsPeer() const { return readPid_.load() != 0; }
+  uint64_t refFramesSent() const { return refsSent_.load(); }
+
   // Unblocks both threads (shutdown(2)); does not join. Any thread.
   void interrupt();
   // interrupt() + join. Not from this connection's own threads.
@@ -119,6 +145,11 @@ class Connection {
   void fill(size_t need, bool atFrameStart = false);
   void fail(const Error& e);
   void reportEnd(const Error* err);
+  // Same-host reads.
+  void postLocal(FrameType type, uint64_t offset, const void* payload, size_t length);
+  void localControl(const FrameHeader& h);  // LOCAL_HELLO, LOCAL_OK, REF_DONE
+  // Fails the REF frames the peer has not confirmed and stops new ones.
+  void failPendingRefs(const Error& e);
 
   Socket sock_;
   const int peer_;
@@ -144,6 +175,17 @@ class Connection {
   std::string abortText_;  // payload of a queued ABORT frame
   bool stopping_ = false;
   std::unique_ptr<Error> error_;  // first failure, guarded by mu_
+
+  // Same-host reads. pendingRefs_ and refsClosed_ are guarded by mu_.
+  size_t refMin_ = 0;  // 0: off
+  FrameHeader localTmpl_;
+  uint8_t helloOut_[kLocalHelloBytes] = {};
+  std::atomic<bool> peerReadsUs_{false};
+  std::atomic<uint32_t> readPid_{0};
+  std::map<uint64_t, SendCallback*> pendingRefs_;
+  uint64_t nextToken_ = 1;
+  bool refsClosed_ = false;
+  std::atomic<uint64_t> refsSent_{0};
 
   std::atomic<bool> peerClosed_{false};
   std::atomic<bool> ended_{false};

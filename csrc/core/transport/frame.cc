@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "transport/local_read.h"
 #include "util/bytes.h"
 #include "util/error.h"
 
@@ -70,7 +71,7 @@ bool decodeFrame(const uint8_t* in, uint32_t maxPayload, FrameHeader* h, std::st
     return false;
   }
   const uint8_t type = in[6];
-  if (type < 1 || type > 5) {
+  if (type < 1 || type > kMaxFrameType) {
     *why = strCat("unknown frame type ", int{type});
     return false;
   }
@@ -131,7 +132,21 @@ bool decodeFrame(const uint8_t* in, uint32_t maxPayload, FrameHeader* h, std::st
         return false;
       }
       return true;
+    case FrameType::kRefDone:
+    case FrameType::kLocalOk:
+      if (h->length != 0) {
+        *why = strCat("control frame of type ", int{type}, " with ", h->length, " payload bytes");
+        return false;
+      }
+      return true;
+    case FrameType::kLocalHello:
+      if (h->length != kLocalHelloBytes) {
+        *why = strCat("local hello of ", h->length, " bytes (expected ", kLocalHelloBytes, ")");
+        return false;
+      }
+      return true;
     case FrameType::kData:
+    case FrameType::kRef:
       break;
   }
   if (h->length > maxPayload || h->length > kMaxFramePayload) {

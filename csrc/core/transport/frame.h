@@ -5,7 +5,8 @@
 //   off size field      meaning
 //   0   4    magic      kFrameMagic
 //   4   2    version    kProtocolVersion
-//   6   1    type       FrameType (DATA, CLOSE, ABORT, RTS, CTS)
+//   6   1    type       FrameType (DATA, CLOSE, ABORT, RTS, CTS, REF, REF_DONE,
+//                       LOCAL_HELLO, LOCAL_OK)
 //   7   1    flags      kFlagP2P: seq/slot are a p2p counter and user tag;
 //                       kFlagChecksum: `checksum` holds the payload's CRC32C
 //   8   8    group      communicator id (random, agreed through the store)
@@ -23,6 +24,12 @@
 //   67  1    algo       algorithm id chosen by the sender
 //   68  4    checksum   CRC32C of the payload (MCCL_CHECKSUM=1), else zero
 //
+// A REF frame is a DATA frame whose payload stays in the sender's memory:
+// `length` counts the payload as usual, but what follows the header on the
+// wire is a 16-byte descriptor (address, token); the receiver copies the
+// payload with process_vm_readv and answers REF_DONE carrying the token in
+// `offset`. Only sent after the receiver said LOCAL_OK (transport/local_read.h).
+//
 // All integers are little-endian. decodeFrame() checks every field before the
 // receiver allocates or writes anything, so a malformed or hostile header is
 // rejected without touching memory.
@@ -37,7 +44,7 @@
 namespace mccl {
 
 constexpr uint32_t kFrameMagic = 0x4C43434Du;  // "MCCL" in memory order
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;
 constexpr size_t kFrameHeaderBytes = 72;
 // Hard ceiling on one frame's payload whatever MCCL_FRAME_BYTES says; frames
 // are also bounded by the receiver's configured limit.
@@ -50,11 +57,19 @@ enum class FrameType : uint8_t {
   kAbort = 3,  // the sender's communicator failed; payload is the reason
   kRts = 4,    // p2p rendezvous: a large message is ready to send; no payload
   kCts = 5,    // p2p rendezvous: its receive is posted, send it; no payload
+  kRef = 6,         // DATA by reference: a descriptor follows, not the payload
+  kRefDone = 7,     // a REF's payload was copied; token in `offset`, no payload
+  kLocalHello = 8,  // the sender's LocalIdentity (same-host probe)
+  kLocalOk = 9,     // the sender can read the receiver's memory; no payload
 };
+constexpr uint8_t kMaxFrameType = 9;
+// Wire bytes after a REF header: the payload's address and a token.
+constexpr size_t kRefDescriptorBytes = 16;
 
 constexpr uint8_t kFlagP2P = 0x01;
 constexpr uint8_t kFlagChecksum = 0x02;
 // Byte offsets the sender patches after encoding (see Connection::post).
+constexpr size_t kTypeOffset = 6;
 constexpr size_t kFlagsOffset = 7;
 constexpr size_t kChecksumOffset = 68;
 constexpr uint8_t kKnownFlags = kFlagP2P | kFlagChecksum;

@@ -303,6 +303,15 @@ if world > 1:
 for _ in range(3):
     dist.barrier()
 
+# Same-host reads: the test that asks for them checks that they were used.
+if os.environ.get("EXPECT_LOCAL_READS") is not None and world > 1:
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    sent = backend.ref_frames_sent
+    if os.environ["EXPECT_LOCAL_READS"] == "1":
+        assert sent > 0, f"rank {rank}: no frame went by reference"
+    else:
+        assert sent == 0, f"rank {rank}: {sent} frames went by reference"
+
 dist.destroy_process_group(gloo)
 assert gloo_checks > 100, gloo_checks  # Gloo really was compared with
 print(f"rank {rank}: {checks} checks passed ({gloo_checks} against Gloo)", flush=True)
