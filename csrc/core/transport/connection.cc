@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -109,7 +110,7 @@ void Connection::post(SendFrame frame) {
   try {
     done = writeNow(frame);
   } catch (const Error& e) {
-    err = std::make_unique<Error>(e.kind(), strCat(name_, ": ", e.what()));
+    err = std::make_unique<Error>(sendFailure(e));
   }
   lock.lock();
   writing_ = false;
@@ -245,6 +246,23 @@ void Connection::fail(const Error& e) {
   reportEnd(&e);
 }
 
+Error Connection::sendFailure(const Error& e) {
+  // If the peer said goodbye, that is the cause: its CLOSE may still sit
+  // unread in the socket, so let the receive thread read it first (bounded;
+  // never from the receive thread itself).
+  if (!interrupted_.load() && std::this_thread::get_id() != recvThread_.get_id()) {
+    for (int i = 0; i < 100 && !recvDone_.load() && !peerClosed_.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  if (peerClosed_.load()) {
+    return Error(ErrorKind::kRemote,
+                 strCat(name_, ": the peer has shut down its process group (it said goodbye) "
+                               "before this rank's frames reached it (", e.what(), ")"));
+  }
+  return Error(e.kind(), strCat(name_, ": ", e.what()));
+}
+
 void Connection::reportEnd(const Error* err) {
   if (!ended_.exchange(true)) sink_.connectionEnded(*this, err);
 }
@@ -283,7 +301,7 @@ void Connection::sendLoop() {
     try {
       sock_.sendIov(iov, n);
     } catch (const Error& e) {
-      err = std::make_unique<Error>(e.kind(), strCat(name_, ": ", e.what()));
+      err = std::make_unique<Error>(sendFailure(e));
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -499,6 +517,10 @@ void Connection::recvLoop() {
       // The bytes were fine but their meaning was not (a mismatch, a bad
       // header): keep the socket so the ABORT that follows reaches the peer.
       reportEnd(&e);
+    } else if (peerClosed_.load()) {
+      // The peer said goodbye; a reset after that is its close racing frames
+      // of ours it never read, not a failure of the link.
+      reportEnd(nullptr);
     } else {
       fail(Error(e.kind(), strCat(name_, ": ", e.what())));
     }

@@ -145,6 +145,8 @@ class Connection {
   void fill(size_t need, bool atFrameStart = false);
   void fail(const Error& e);
   void reportEnd(const Error* err);
+  // The error for a failed write: the peer's goodbye if it sent one.
+  Error sendFailure(const Error& e);
   // Same-host reads.
   void postLocal(FrameType type, uint64_t offset, const void* payload, size_t length);
   void localControl(const FrameHeader& h);  // LOCAL_HELLO, LOCAL_OK, REF_DONE
