@@ -1,8 +1,13 @@
 // Same-host reads (transport/local_read.h): the probe that decides whether a
 // peer's memory is readable, REF frames between two real connections, and a
 // fake peer that breaks the protocol (a REF nobody agreed to, an unknown
-// REF_DONE token, closing before it copied a payload offered to it).
+// REF_DONE token, closing before it copied a payload offered to it), and a
+// pinned peer process that exits.
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <numeric>
@@ -81,6 +86,63 @@ TEST(LocalRead, ProbeReadsThisProcessAndRejectsStrangers) {
   EXPECT_EQ(back.pid, self.pid);
   EXPECT_EQ(back.cookieAddr, self.cookieAddr);
   EXPECT_EQ(back.cookie, self.cookie);
+}
+
+// A forked child that waits until it is killed; killed and reaped on scope
+// exit, whatever the test asserted.
+struct Child {
+  pid_t pid = -1;
+  int gate[2] = {-1, -1};
+  Child() {
+    if (::pipe(gate) != 0) return;
+    pid = ::fork();
+    if (pid == 0) {
+      char c;
+      (void)!::read(gate[0], &c, 1);
+      ::_exit(0);
+    }
+  }
+  void reap() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = 0;
+  }
+  ~Child() {
+    reap();
+    for (int fd : gate) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+};
+
+TEST(LocalRead, PinnedPeerFailsOnceItsProcessHasExited) {
+  // A forked child shares the cookie's address and bytes (made before the
+  // fork): it is a peer this process can read, until it exits.
+  LocalIdentity peer = localIdentity();
+  std::vector<uint8_t> data(100000);
+  std::iota(data.begin(), data.end(), 3);
+  Child child;
+  ASSERT_GT(child.pid, 0);
+  const pid_t pid = child.pid;
+  peer.pid = static_cast<uint32_t>(pid);
+  PeerMemory mem;
+  std::string why;
+  ASSERT_TRUE(mem.open(peer, &why)) << why;
+  std::vector<uint8_t> got(data.size());
+  mem.read(reinterpret_cast<uintptr_t>(data.data()), got.data(), got.size());
+  EXPECT_EQ(got, data);
+
+  child.reap();
+  try {
+    mem.read(reinterpret_cast<uintptr_t>(data.data()), got.data(), got.size());
+    ADD_FAILURE() << "a read from an exited process must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(pid)), std::string::npos) << e.what();
+  }
+  PeerMemory gone;
+  EXPECT_FALSE(gone.open(peer, &why)) << "the child's pid is gone";
+  EXPECT_FALSE(gone.isOpen());
 }
 
 TEST(LocalRead, LargeFramesGoByReferenceAndCompleteOnTheCopy) {

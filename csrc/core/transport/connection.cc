@@ -393,9 +393,8 @@ bool Connection::readFrame() {
     return true;
   }
   uint64_t refAddr = 0, refToken = 0;
-  const uint32_t pid = readPid_.load();
   if (byRef) {
-    if (pid == 0) {
+    if (!readsPeer_.load()) {
       protocolFault_ = true;
       throwError(ErrorKind::kRemote, name_, ": ", h.describe(),
                  " came by reference, but this end never confirmed it can read the peer's memory");
@@ -413,7 +412,7 @@ bool Connection::readFrame() {
     if (byRef) {
       afterLarge_ = false;
       try {
-        readPeerMemory(pid, refAddr, base, h.length);
+        peerMemory_.read(refAddr, base, h.length);
       } catch (const Error& e) {
         throwError(e.kind(), "reading ", h.describe(), " from the peer's memory: ", e.what());
       }
@@ -461,8 +460,8 @@ void Connection::localControl(const FrameHeader& h) {
     rstart_ += kLocalHelloBytes;
     if (refMin_ == 0) return;  // reads are off here: never answer
     std::string why;
-    if (canReadPeer(peer, &why)) {
-      readPid_.store(peer.pid);
+    if (peerMemory_.open(peer, &why)) {
+      readsPeer_.store(true);
       MCCL_LOG(kDebug, name_, ": same host; payloads from the peer are read from its memory");
       postLocal(FrameType::kLocalOk, 0, nullptr, 0);
     } else {

@@ -124,7 +124,7 @@ class Connection {
   // Same-host reads: whether payloads to the peer go by reference now,
   // whether this end reads the peer's, and how many REF frames it has sent.
   bool sendsByRef() const { return peerReadsUs_.load(); }
-  bool readsPeer() const { return readPid_.load() != 0; }
+  bool readsPeer() const { return readsPeer_.load(); }
   uint64_t refFramesSent() const { return refsSent_.load(); }
 
   // Unblocks both threads (shutdown(2)); does not join. Any thread.
@@ -183,7 +183,8 @@ class Connection {
   FrameHeader localTmpl_;
   uint8_t helloOut_[kLocalHelloBytes] = {};
   std::atomic<bool> peerReadsUs_{false};
-  std::atomic<uint32_t> readPid_{0};
+  PeerMemory peerMemory_;  // receive thread only, once readsPeer_ is set
+  std::atomic<bool> readsPeer_{false};
   std::map<uint64_t, SendCallback*> pendingRefs_;
   uint64_t nextToken_ = 1;
   bool refsClosed_ = false;

@@ -9,6 +9,8 @@
 #include <mutex>
 
 #if defined(__linux__)
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #endif
 
@@ -149,6 +151,50 @@ void readPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
   (void)pid, (void)addr, (void)dst, (void)len;
   throwError(ErrorKind::kSystem, "process_vm_readv(2) is Linux-only");
 #endif
+}
+
+PeerMemory::~PeerMemory() {
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+bool PeerMemory::open(const LocalIdentity& peer, std::string* why) {
+#if defined(__linux__) && defined(SYS_pidfd_open)
+  // Pin first, then prove: the cookie read afterwards shows that the pinned
+  // process is the one that announced itself.
+  const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(peer.pid), 0);
+  if (fd < 0) {
+    *why = strCat("pidfd_open(", peer.pid, ") failed: ", std::strerror(errno));
+    return false;
+  }
+  pidfd_ = static_cast<int>(fd);
+  pid_ = peer.pid;
+  if (canReadPeer(peer, why) && !exited()) return true;
+  if (why->empty()) *why = strCat("pid ", peer.pid, " exited during the probe");
+  ::close(pidfd_);
+  pidfd_ = -1;
+  return false;
+#else
+  (void)peer;
+  *why = "same-host reads need Linux >= 5.3 (process_vm_readv and pidfd_open)";
+  return false;
+#endif
+}
+
+bool PeerMemory::exited() const {
+#if defined(__linux__)
+  pollfd p{pidfd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;  // a pidfd polls readable once its process has exited
+#else
+  return true;
+#endif
+}
+
+void PeerMemory::read(uint64_t addr, void* dst, size_t len) const {
+  readPeerMemory(pid_, addr, dst, len);
+  if (exited()) {
+    throwError(ErrorKind::kRemote, "pid ", pid_,
+               " exited while its memory was being read (its pid may be reused)");
+  }
 }
 
 }  // namespace mccl

@@ -45,4 +45,28 @@ bool canReadPeer(const LocalIdentity& peer, std::string* why);
 // mccl::Error naming the process, the range and errno when it cannot.
 void readPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len);
 
+// A peer process whose memory this one reads, pinned by a pidfd so that a
+// recycled pid is never mistaken for it. Not thread-safe; one reader.
+class PeerMemory {
+ public:
+  PeerMemory() = default;
+  ~PeerMemory();
+  PeerMemory(const PeerMemory&) = delete;
+  PeerMemory& operator=(const PeerMemory&) = delete;
+
+  // Pins the process and proves its memory readable (canReadPeer); false,
+  // with *why, when it cannot (also where pidfds are missing: Linux < 5.3).
+  bool open(const LocalIdentity& peer, std::string* why);
+  bool isOpen() const { return pidfd_ >= 0; }
+  uint32_t pid() const { return pid_; }
+  // readPeerMemory, then a check that the process had not exited meanwhile
+  // (its pid could belong to another process by then): throws if it had.
+  void read(uint64_t addr, void* dst, size_t len) const;
+
+ private:
+  bool exited() const;
+  int pidfd_ = -1;
+  uint32_t pid_ = 0;
+};
+
 }  // namespace mccl
