@@ -99,6 +99,24 @@ TEST(CostModel, SharedHostFavoursTheTreeForBroadcast) {
   EXPECT_FALSE(CostModel::parse(vm.serialize(), "t").sharedHost);
 }
 
+TEST(CostModel, SharedHostChainChunksStayOnSameHostReads) {
+  // The H200 box's tuned model (8 ranks, payloads >= 256 KiB read from the
+  // sender's memory): left alone, a 16 MiB chain reduce would cut 64 KiB
+  // chunks, which travel over TCP loopback instead.
+  CostModel h200{.alphaUs = 1.0, .overheadUs = 6.33, .betaNsPerByte = 0.2455, .gammaNsPerByte = 0.174};
+  h200.sharedHost = true;
+  const size_t mib = 1 << 20;
+  EXPECT_EQ(algo::chainChunks(h200, OpKind::kReduce, 4 * mib, 4, 8, mib), 256u);
+  h200.localReadBytes = 256 << 10;
+  const size_t k = algo::chainChunks(h200, OpKind::kReduce, 4 * mib, 4, 8, mib);
+  EXPECT_GE(16 * mib / k, h200.localReadBytes) << k << " chunks";
+  EXPECT_GT(k, 16u) << "still pipelined beyond MCCL_CHUNK_BYTES";
+  // It travels in the bootstrap record with the one-host flag.
+  CostModel back = CostModel::parse(h200.serialize(), "t");
+  EXPECT_EQ(back.localReadBytes, h200.localReadBytes);
+  EXPECT_TRUE(back.sharedHost);
+}
+
 TEST(CostModel, EveryRankUsesRankZerosModel) {
   // Rank-local models that would pick different algorithms: the group must
   // still agree (rank 0's model travels in the bootstrap record).

@@ -44,9 +44,12 @@ size_t chainChunks(const CostModel& m, OpKind op, size_t count, size_t elemSize,
   const size_t perChunk = std::max<size_t>(1, chunkBytes / std::max<size_t>(1, elemSize));
   const size_t first = std::max<size_t>(1, (count + perChunk - 1) / perChunk);
   const double bytes = static_cast<double>(count) * static_cast<double>(elemSize);
+  // On a shared host, smaller chunks than the same-host read threshold would
+  // leave the path β was measured on (they go over TCP loopback).
+  const double minChunk = static_cast<double>(std::max(kMinChainChunk, m.localReadBytes));
   size_t best = first;
   double bestTime = chainSeconds(m, op, bytes, n, first);
-  for (size_t k = first * 2; k <= count && bytes / static_cast<double>(k) >= kMinChainChunk; k *= 2) {
+  for (size_t k = first * 2; k <= count && bytes / static_cast<double>(k) >= minChunk; k *= 2) {
     const double t = chainSeconds(m, op, bytes, n, k);
     if (t < bestTime) {
       best = k;

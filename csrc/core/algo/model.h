@@ -19,7 +19,8 @@ double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, in
 
 // Chunks for a chain broadcast or reduce of `count` elements of `elemSize`
 // bytes: the count the model finds fastest among ceil(bytes / chunkBytes)
-// times powers of two, down to chunks of kMinChainChunk bytes. A chain takes
+// times powers of two, down to chunks of kMinChainChunk bytes (or of the
+// model's localReadBytes on a shared host). A chain takes
 // (n-2+k) steps of one chunk, so medium messages gain from more, smaller
 // chunks (1 MiB on 8 hosts at 1 Gbit/s: 16 chunks instead of 1). Every rank
 // computes the same from the group's agreed model.

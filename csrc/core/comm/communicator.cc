@@ -57,6 +57,7 @@ void Communicator::bootstrap() {
   if (cfg_.rank == 0) {
     model_ = cfg_.model;
     model_.sharedHost = itf.loopback;  // then every rank reaches rank 0 over loopback
+    model_.localReadBytes = model_.sharedHost ? cfg_.localReadBytes : 0;
     boot.resize(fixed);
     secureRandom(boot.data(), boot.size());
     std::string model = model_.serialize();

@@ -35,7 +35,7 @@ CostModel CostModel::parse(const std::string& text, const std::string& source) {
     key = trim(key);
     value = trim(value);
     if (key != "alpha_us" && key != "overhead_us" && key != "beta_ns_per_byte" &&
-        key != "gamma_ns_per_byte" && key != "shared_host") {
+        key != "gamma_ns_per_byte" && key != "shared_host" && key != "local_read_bytes") {
       continue;  // other keys (how and when it was measured) are informational
     }
     char* end = nullptr;
@@ -43,6 +43,7 @@ CostModel CostModel::parse(const std::string& text, const std::string& source) {
     MCCL_USAGE_CHECK(end != value.c_str() && *end == '\0' && v >= 0, source, ":", lineNo,
                      ": '", value, "' is not a non-negative number");
     if (key == "shared_host") m.sharedHost = v != 0;
+    else if (key == "local_read_bytes") m.localReadBytes = static_cast<size_t>(v);
     else if (key == "alpha_us") m.alphaUs = v;
     else if (key == "overhead_us") m.overheadUs = v;
     else if (key == "beta_ns_per_byte") m.betaNsPerByte = v;
@@ -54,7 +55,8 @@ CostModel CostModel::parse(const std::string& text, const std::string& source) {
 std::string CostModel::serialize() const {
   return strCat("alpha_us=", alphaUs, "\noverhead_us=", overheadUs, "\nbeta_ns_per_byte=",
                 betaNsPerByte, "\ngamma_ns_per_byte=", gammaNsPerByte, "\n",
-                sharedHost ? "shared_host=1\n" : "");
+                sharedHost ? "shared_host=1\n" : "",
+                localReadBytes > 0 ? strCat("local_read_bytes=", localReadBytes, "\n") : "");
 }
 
 CostModel CostModel::load() {

@@ -19,6 +19,11 @@ struct CostModel {
   // at once runs faster per byte than the ring (all n at once) under which
   // β was measured. Set at bootstrap, not read from tune files.
   bool sharedHost = false;
+  // On a shared host, rank 0's MCCL_LOCAL_READ_BYTES: payloads from this size
+  // are read from the sender's memory (β was measured on those), smaller ones
+  // go over TCP loopback, so chain chunks stay at least this large. Set at
+  // bootstrap; 0 elsewhere.
+  size_t localReadBytes = 0;
   std::string source = "built-in defaults";
 
   // Defaults, then the tune file (MCCL_TUNE_FILE or ~/.cache/mccl/tune.conf)
@@ -26,7 +31,8 @@ struct CostModel {
   // for a malformed file.
   static CostModel load();
   // Parses "key=value" lines (alpha_us, overhead_us, beta_ns_per_byte,
-  // gamma_ns_per_byte; shared_host, 0 or 1, in the bootstrap record); '#'
+  // gamma_ns_per_byte; shared_host, 0 or 1, and local_read_bytes in the
+  // bootstrap record); '#'
   // starts a comment.
   static CostModel parse(const std::string& text, const std::string& source);
   std::string serialize() const;
