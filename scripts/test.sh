@@ -18,8 +18,8 @@ printf '\n== C++ core tests\n'
 cmake -S . -B build/core -G Ninja -DMCCL_BUILD_TESTS=ON -DMCCL_BUILD_TORCH=OFF >/dev/null
 cmake --build build/core
 (cd build/core && ctest --output-on-failure -j2 --timeout 300)
-printf '\n== C++ core tests again, every frame of >= 1 byte by same-host reads\n'
-(cd build/core && MCCL_LOCAL_READ_BYTES=1 ctest --output-on-failure -j2 --timeout 300)
+printf '\n== C++ core tests again: every frame by same-host reads, reductions split over 3 helper threads\n'
+(cd build/core && MCCL_LOCAL_READ_BYTES=1 MCCL_REDUCE_THREADS=3 ctest --output-on-failure -j2 --timeout 300)
 
 printf '\n== Fuzzing the wire parsers (%s s per target)\n' "${FUZZ_SECONDS:-15}"
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh

@@ -95,6 +95,16 @@ TEST(Allreduce, RingByReference) {
   });
 }
 
+// Buffers large enough for reductions to be split across helper threads
+// (scripts/test.sh runs the suite again with MCCL_REDUCE_THREADS=3).
+TEST(Allreduce, LargeBuffersOnTheRing) {
+  runRanks(3, [&](Communicator& comm) {
+    checkAllreduce(comm, DataType::kFloat32, ReduceOp::kSum, (1 << 20) + 7, 1);
+    checkAllreduce(comm, DataType::kBFloat16, ReduceOp::kMax, (1 << 20) + 3, 2);
+    checkAllreduce(comm, DataType::kInt64, ReduceOp::kProduct, (1 << 18) + 1, 3);
+  }, [](CommConfig& c) { c.algo = "allreduce=ring"; });
+}
+
 TEST(Allreduce, ReferencesOnlyWhenLocalReadsAreOn) {
   for (size_t reads : {size_t{0}, size_t{1024}}) {
     runRanks(3, [&](Communicator& comm) {

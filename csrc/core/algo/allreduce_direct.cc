@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "algo/common.h"
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -19,7 +20,7 @@ Task allreduceDirect(OpContext& ctx, AllreduceOptions o) {
   premul(buf, buf, o.count, o.dtype, o.op, o.premulFactor);
   if (n == 1) co_return;
 
-  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const auto combine = kernels::combiner(o.dtype, o.op);
   // Slot p holds rank p's contribution; this rank's own stays in buf.
   Scratch all = ctx.scratch(static_cast<size_t>(n) * bytes + 1);
   auto from = [&](int p) { return p == r ? buf : all.data() + static_cast<size_t>(p) * bytes; };

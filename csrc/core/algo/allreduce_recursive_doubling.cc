@@ -6,6 +6,7 @@
 // Partners combine the same two operands in swapped order; every supported
 // reduce op is commutative, so all ranks end with bit-identical results.
 #include "algo/common.h"
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -17,7 +18,7 @@ Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o) {
   premul(buf, buf, o.count, o.dtype, o.op, o.premulFactor);
   if (n == 1) co_return;
 
-  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const auto combine = kernels::combiner(o.dtype, o.op);
   Scratch tmp = ctx.scratch(bytes);
   int p = 1;
   while (p * 2 <= n) p *= 2;

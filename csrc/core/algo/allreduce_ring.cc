@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "algo/common.h"
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -21,7 +22,7 @@ Task allreduceRing(OpContext& ctx, AllreduceOptions o) {
   premul(buf, buf, o.count, o.dtype, o.op, o.premulFactor);
   if (n == 1) co_return;  // AVG over one rank is the identity
 
-  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const auto combine = kernels::combiner(o.dtype, o.op);
   const Partition blocks(o.count, n);
   const size_t nch = chunksFor(blocks.maxLength(), es, ctx.config().chunkBytes);
   const int left = mod(r - 1, n), right = mod(r + 1, n);

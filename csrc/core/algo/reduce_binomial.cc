@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "algo/common.h"
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -13,7 +14,7 @@ Task reduceBinomial(OpContext& ctx, ReduceOptions o) {
   const int vr = mod(ctx.rank() - o.root, n);
   const size_t bytes = o.count * dtypeSize(o.dtype);
   auto* buf = static_cast<uint8_t*>(o.buf);
-  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const auto combine = kernels::combiner(o.dtype, o.op);
 
   // The accumulator: the root's buffer, else a scratch copy (made lazily:
   // a leaf without PREMUL_SUM sends its input as is).

@@ -6,6 +6,7 @@
 
 #include "algo/common.h"
 #include "algo/model.h"
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -15,7 +16,7 @@ Task reduceChain(OpContext& ctx, ReduceOptions o) {
   const int vr = mod(ctx.rank() - o.root, n);
   const size_t es = dtypeSize(o.dtype);
   auto* buf = static_cast<uint8_t*>(o.buf);
-  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const auto combine = kernels::combiner(o.dtype, o.op);
 
   // PREMUL_SUM needs scaled inputs: in place at the root, a copy elsewhere.
   Scratch scaled;

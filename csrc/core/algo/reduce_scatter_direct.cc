@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algo/common.h"
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -11,7 +12,7 @@ Task reduceScatterDirect(OpContext& ctx, ReduceScatterOptions o) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t es = dtypeSize(o.dtype);
   const size_t bytes = o.count * es;
-  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const auto combine = kernels::combiner(o.dtype, o.op);
   Scratch scaled, tmp = ctx.scratch(static_cast<size_t>(n) * bytes);
   std::vector<const void*> in = o.in;
   if (o.op == ReduceOp::kPreMulSum) {

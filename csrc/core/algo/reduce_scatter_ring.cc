@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "algo/common.h"
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -43,7 +44,7 @@ Task reduceScatterRing(OpContext& ctx, ReduceScatterOptions o) {
     if (bytes > 0 && out != in[0]) std::memmove(out, in[0], bytes);
     co_return;
   }
-  const auto combine = kernels::combineFn(o.dtype, o.op);
+  const auto combine = kernels::combiner(o.dtype, o.op);
   const size_t nch = chunksFor(o.count, es, ctx.config().chunkBytes);
   const int left = mod(r - 1, n), right = mod(r + 1, n);
   const size_t steps = static_cast<size_t>(n - 1);
