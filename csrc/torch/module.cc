@@ -11,7 +11,7 @@
 #include "fake_gpu.h"
 #include "algo/model.h"
 #include "comm/cost_model.h"
-#include "reduce/reduce.h"
+#include "reduce/parallel.h"
 #include "util/dtype.h"
 #include "util/params.h"
 

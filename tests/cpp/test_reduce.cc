@@ -201,12 +201,16 @@ void checkFloat(DataType dt) {
   std::vector<T> s(kLen);
   kernels::scale(s.data(), b.data(), kLen, dt, 0.25);
   for (size_t i = 0; i < kLen; ++i) {
-    if (!std::isnan(b[i])) ASSERT_EQ(s[i], static_cast<T>(b[i] * static_cast<T>(0.25)));
+    if (!std::isnan(b[i])) {
+      ASSERT_EQ(s[i], static_cast<T>(b[i] * static_cast<T>(0.25)));
+    }
   }
   std::vector<T> d = a;
   kernels::divide(d.data(), kLen, dt, 7);
   for (size_t i = 0; i < kLen; ++i) {
-    if (!std::isnan(a[i])) ASSERT_EQ(d[i], static_cast<T>(a[i] / static_cast<T>(7)));
+    if (!std::isnan(a[i])) {
+      ASSERT_EQ(d[i], static_cast<T>(a[i] / static_cast<T>(7)));
+    }
   }
 }
 

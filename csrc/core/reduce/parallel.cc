@@ -1,6 +1,7 @@
 #include "reduce/parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstdint>
 
@@ -115,6 +116,21 @@ ReducePool& reducePool() {
 
 Combiner combiner(DataType dtype, ReduceOp op) {
   return Combiner{combineFn(dtype, op), dtypeSize(dtype)};
+}
+
+double measureCombineNsPerByte(DataType dtype, size_t bytes) {
+  const Combiner combine = combiner(dtype, ReduceOp::kSum);
+  const size_t count = std::max<size_t>(1, bytes / combine.elemSize);
+  std::vector<uint8_t> a(count * combine.elemSize, 0), b(a.size(), 0);
+  combine(a.data(), a.data(), b.data(), count);  // fault the pages in
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    combine(a.data(), a.data(), b.data(), count);
+    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, ns / static_cast<double>(a.size()));
+  }
+  return best;
 }
 
 }  // namespace mccl::kernels

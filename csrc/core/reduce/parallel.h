@@ -76,4 +76,9 @@ struct Combiner {
 };
 Combiner combiner(DataType dtype, ReduceOp op);
 
+// Measures the SUM kernel on `bytes` of `dtype` in place, through the
+// process's pool (as the ring's reduce step runs it, helpers included);
+// returns nanoseconds per byte of buffer. For the cost model's gamma.
+double measureCombineNsPerByte(DataType dtype, size_t bytes);
+
 }  // namespace mccl::kernels

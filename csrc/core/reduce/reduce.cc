@@ -1,7 +1,6 @@
 #include "reduce/reduce.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -203,21 +202,6 @@ void scale(void* out, const void* in, size_t count, DataType dtype, double facto
     default: break;
   }
   throwError(ErrorKind::kUsage, "PREMUL_SUM is not supported for dtype ", dtypeName(dtype));
-}
-
-double measureCombineNsPerByte(DataType dtype, size_t bytes) {
-  const size_t count = std::max<size_t>(1, bytes / dtypeSize(dtype));
-  std::vector<uint8_t> a(count * dtypeSize(dtype), 0), b(a.size(), 0);
-  CombineFn fn = combineFn(dtype, ReduceOp::kSum);
-  fn(a.data(), a.data(), b.data(), count);  // fault the pages in
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn(a.data(), a.data(), b.data(), count);
-    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, ns / static_cast<double>(a.size()));
-  }
-  return best;
 }
 
 }  // namespace mccl::kernels

@@ -28,9 +28,5 @@ void divide(void* buf, size_t count, DataType dtype, int64_t divisor);
 // out[i] = in[i] * factor (PREMUL_SUM); floating types only. out may alias in.
 void scale(void* out, const void* in, size_t count, DataType dtype, double factor);
 
-// Measures the SUM kernel on `bytes` of `dtype` in place (as the ring's
-// reduce step runs it); returns nanoseconds per byte of buffer. For the cost
-// model's gamma.
-double measureCombineNsPerByte(DataType dtype, size_t bytes);
 
 }  // namespace mccl::kernels
