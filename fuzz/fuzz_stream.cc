@@ -1,8 +1,8 @@
 // libFuzzer target: a Connection's receive path (framing, buffering, direct
 // reads, abort texts, checksums, same-host control frames) fed an arbitrary
-// byte stream by a fake peer over a socket pair. It must end the connection once, with or without an
-// error, never crash, and never ask for more payload memory than the frame
-// limit.
+// byte stream by a fake peer over a socket pair. It must end the connection
+// once, with or without an error, never crash, and never ask for more
+// payload memory than the frame limit.
 #include <sys/socket.h>
 #include <unistd.h>
 

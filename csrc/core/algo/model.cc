@@ -1,5 +1,7 @@
 #include "algo/model.h"
 
+#include "algo/common.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -41,8 +43,7 @@ double binomialSeconds(const CostModel& m, OpKind op, double bytes, int n) {
 
 size_t chainChunks(const CostModel& m, OpKind op, size_t count, size_t elemSize, int n,
                    size_t chunkBytes) {
-  const size_t perChunk = std::max<size_t>(1, chunkBytes / std::max<size_t>(1, elemSize));
-  const size_t first = std::max<size_t>(1, (count + perChunk - 1) / perChunk);
+  const size_t first = chunksFor(count, elemSize, chunkBytes);
   const double bytes = static_cast<double>(count) * static_cast<double>(elemSize);
   // On a shared host, smaller chunks than the same-host read threshold would
   // leave the path β was measured on (they go over TCP loopback).

@@ -32,8 +32,7 @@ struct CostModel {
   static CostModel load();
   // Parses "key=value" lines (alpha_us, overhead_us, beta_ns_per_byte,
   // gamma_ns_per_byte; shared_host, 0 or 1, and local_read_bytes in the
-  // bootstrap record); '#'
-  // starts a comment.
+  // bootstrap record); '#' starts a comment.
   static CostModel parse(const std::string& text, const std::string& source);
   std::string serialize() const;
   static std::string defaultPath();

@@ -93,9 +93,8 @@ void ReducePool::combine(CombineFn fn, void* out, const void* a, const void* b, 
     const Part p = *mine;
     queue_.erase(mine);
     lock.unlock();
-    p.fn(p.out, p.a, p.b, p.count);
+    runPart(p);
     lock.lock();
-    --batch.left;
   }
 }
 

@@ -406,33 +406,34 @@ bool Connection::readFrame() {
   }
   uint8_t* base = nullptr;
   sinkCall([&] { base = static_cast<uint8_t*>(sink_.payloadDest(*this, h)); });
-  uint8_t* dst = base;
-  size_t left = byRef ? 0 : h.length;
   try {
     if (byRef) {
-      afterLarge_ = false;
+      afterLarge_ = false;  // only the descriptor came over the socket
       try {
         peerMemory_.read(refAddr, base, h.length);
       } catch (const Error& e) {
         throwError(e.kind(), "reading ", h.describe(), " from the peer's memory: ", e.what());
       }
-    }
-    size_t buffered = std::min(left, rend_ - rstart_);
-    if (buffered > 0) {
-      std::memcpy(dst, rbuf_.data() + rstart_, buffered);
-      rstart_ += buffered;
-      left -= buffered;
-      dst += buffered;
-    }
-    afterLarge_ = left >= kDirectReadMin;
-    if (left >= kDirectReadMin) {
-      if (!sock_.recvAll(dst, left)) {
-        throwError(ErrorKind::kRemote, "connection closed in the middle of a frame payload");
+    } else {
+      uint8_t* dst = base;
+      size_t left = h.length;
+      size_t buffered = std::min(left, rend_ - rstart_);
+      if (buffered > 0) {
+        std::memcpy(dst, rbuf_.data() + rstart_, buffered);
+        rstart_ += buffered;
+        left -= buffered;
+        dst += buffered;
       }
-    } else if (left > 0) {
-      fill(left);
-      std::memcpy(dst, rbuf_.data() + rstart_, left);
-      rstart_ += left;
+      afterLarge_ = left >= kDirectReadMin;
+      if (left >= kDirectReadMin) {
+        if (!sock_.recvAll(dst, left)) {
+          throwError(ErrorKind::kRemote, "connection closed in the middle of a frame payload");
+        }
+      } else if (left > 0) {
+        fill(left);
+        std::memcpy(dst, rbuf_.data() + rstart_, left);
+        rstart_ += left;
+      }
     }
   } catch (...) {
     sink_.payloadAborted(*this, h, base);
