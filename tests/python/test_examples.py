@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mccl.launch import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +46,58 @@ def test_vit_trains_with_fsdp_like_gloo():
         losses[backend] = result["final_loss"]
     assert math.isfinite(losses["mccl"])
     assert abs(losses["mccl"] - losses["gloo"]) <= 1e-4 * max(1.0, abs(losses["gloo"])), losses
+
+
+def test_vit_traces_ddp_buckets():
+    # --trace-buckets swaps in a hook that does DDP's default (average by
+    # all-reduce) and times each bucket: the same loss as without it, every
+    # gradient byte in some bucket, each reduced after it was ready and
+    # before backward returned.
+    base = [sys.executable, str(VIT), "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "4",
+            "--bucket-mb", "0.01", "--emulate-ms", "30", "--threads", "1", "--quiet"]
+    results = []
+    for extra in ([], ["--trace-buckets", "--link-gbit", "100"]):
+        res = run(base + extra, 3, timeout=240, env={"OMP_NUM_THREADS": "1"})
+        out = res[0].output
+        results.append(json.loads(out[out.index("RESULT ") + 7:].splitlines()[0]))
+    plain, traced = results
+    assert "bucket_trace" not in plain
+    assert abs(traced["final_loss"] - plain["final_loss"]) <= 1e-5 * max(1.0, abs(plain["final_loss"]))
+    t = traced["bucket_trace"]
+    assert t["passes"] == 3 and len(t["buckets"]) > 3
+    assert sum(b["bytes"] for b in t["buckets"]) == 4 * traced["params"]
+    for b in t["buckets"]:
+        assert 0 <= b["ready_ms"] <= b["done_ms"] <= t["backward_ms"], b
+    assert 0 <= t["tail_ms"] and "# tail after the last bucket was ready" in out
+    assert t["link_gbit"] == 100 and t["floor_ms"] >= max(b["ready_ms"] for b in t["buckets"])
+    assert "over_floor_ms" in t and "# link floor at 100 Gbit/s" in out
+    assert t["skew_ms"] >= 0 and "over_floor_all_ranks_ms" in t and "with every rank's hand-overs" in out
+
+
+def test_bucket_trace_link_floor():
+    from mccl.workloads.bucket_trace import BucketTrace
+    mb = 1_000_000
+    # 2 ranks at 1e8 B/s: a ring all-reduce of 1 MB takes 10 ms on the links.
+    both_early = [{"ready_ms": 0.0, "bytes": mb}, {"ready_ms": 5.0, "bytes": mb}]
+    assert BucketTrace.floor_ms(both_early, 2, 1e8) == 20.0  # back to back from 0
+    late = [{"ready_ms": 0.0, "bytes": mb}, {"ready_ms": 50.0, "bytes": mb}]
+    assert BucketTrace.floor_ms(late, 2, 1e8) == 60.0  # the last one alone decides
+    # 4 ranks send 2 * 3/4 of every byte
+    assert BucketTrace.floor_ms(late, 4, 1e8) == 65.0
+
+
+def test_bucket_trace_merges_ranks_on_their_clocks():
+    from mccl.workloads.bucket_trace import BucketTrace
+    r0 = [{"wall0": 100.0, "end_ms": 30.0, "buckets": [{"index": 0, "bytes": 8, "ready_ms": 5.0, "done_ms": 20.0},
+                                                        {"index": 1, "bytes": 4, "ready_ms": 12.0, "done_ms": 29.0}]}]
+    # rank 1 began its backward 10 ms later and handed bucket 1 over 2 ms before rank 0 did (its clock)
+    r1 = [{"wall0": 100.010, "end_ms": 22.0, "buckets": [{"index": 1, "bytes": 4, "ready_ms": 10.0, "done_ms": 19.0},
+                                                          {"index": 0, "bytes": 8, "ready_ms": 1.0, "done_ms": None}]}]
+    (m,), (skew,) = BucketTrace.merge([r0, r1])
+    got = {b["index"]: (b["bytes"], b["ready_ms"], b["done_ms"]) for b in m["buckets"]}
+    assert got[0] == (8, pytest.approx(11.0), pytest.approx(32.0))  # rank 1's ready; its end for "not seen done"
+    assert got[1] == (4, pytest.approx(20.0), pytest.approx(29.0))
+    assert m["end_ms"] == pytest.approx(32.0) and skew == pytest.approx(8.0)  # last hand-overs at 12 and 20
 
 
 def test_matmul_reports_every_precision(tmp_path):

@@ -152,3 +152,62 @@ def test_projection_with_the_bucket_model():
                         "--json"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["rows"][0]["efficiency"] > 0.9
+
+
+def _scaling_file(one_s, mccl_s, gloo_s, **kw):
+    """A `mccl-bench scaling --json` file: one-rank step one_s, {N: step} per backend."""
+    runs = [{"world": 1, "backend": "none", "step_s": one_s, "samples_per_s": 2 / one_s, "efficiency": 1.0}]
+    for b, steps in (("mccl", mccl_s), ("gloo", gloo_s)):
+        for n, s in steps.items():
+            runs.append({"world": n, "backend": b, "step_s": s, "samples_per_s": 2 * n / s,
+                         "efficiency": one_s / s})
+    return {"preset": "small", "batch_per_rank": 2, "device": "cpu", "emulate_ms": 320.0, "bucket_mb": 2.0,
+            "fsdp": False, "netlab": "mccl", "runs": runs, **kw}
+
+
+def test_scaling_report_medians_over_repeats(tmp_path):
+    from mccl.bench import scaling_report
+    files = [_scaling_file(0.4, {2: 0.5, 4: 0.8}, {2: 0.4, 4: 1.0}),
+             _scaling_file(0.4, {2: 0.45, 4: 0.5}, {2: 0.5, 4: 1.0}),
+             _scaling_file(0.4, {2: 0.42}, {2: 0.84}),
+             _scaling_file(0.4, {2: 1.0}, {2: 1.0}, fsdp=True)]  # another workload: its own group
+    rows = scaling_report.summarize(files)
+    ddp = {(r["world"], r["backend"]): r for r in rows if r["workload"].startswith("DDP 2 MB")}
+    fsdp = [r for r in rows if r["workload"].startswith("FSDP2")]
+    assert len(fsdp) == 2 and all(r["repeats"] == 1 and r["efficiency"] == pytest.approx(0.4) for r in fsdp)
+    m2, g2, m4 = ddp[(2, "mccl")], ddp[(2, "gloo")], ddp[(4, "mccl")]
+    assert m2["repeats"] == 3 and m2["step_s"] == pytest.approx(0.45)
+    assert m2["efficiency"] == pytest.approx(0.4 / 0.45)
+    assert (m2["efficiency_min"], m2["efficiency_max"]) == (pytest.approx(0.4 / 0.5), pytest.approx(0.4 / 0.42))
+    # per-run throughput ratios 0.8, 1.111, 2.0: the median is the middle run's
+    assert m2["vs_base"] == pytest.approx(0.5 / 0.45) and g2["vs_base"] is None
+    assert m4["repeats"] == 2 and m4["vs_base"] == pytest.approx((1.25 + 2.0) / 2)
+    text = scaling_report.markdown(rows)
+    assert "| 2 | 88.9 % (80.0–95.2) | 450.0 ms | 80.0 % (47.6–100.0) | 500.0 ms | 1.11× |" in text
+    assert "DDP 2 MB buckets, ViT small, batch 2/rank, 320 ms emulated, cpu, lab mccl (2/3 repeats):" in text
+    with pytest.raises(ValueError, match="no runs"):
+        scaling_report.summarize([{"preset": "small"}])
+
+
+def test_scaling_report_cli(tmp_path):
+    paths = []
+    for i, f in enumerate([_scaling_file(0.4, {2: 0.5}, {2: 0.6}), _scaling_file(0.4, {2: 0.44}, {2: 0.55})]):
+        paths.append(tmp_path / f"s{i}.json")
+        paths[-1].write_text(json.dumps(f))
+    args = [sys.executable, "-m", "mccl.bench", "scaling-report", *map(str, paths)]
+    try:
+        import matplotlib  # noqa: F401
+        args += ["--plot", str(tmp_path / "r.png")]
+    except ImportError:
+        pass
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "DDP 2 MB buckets, ViT small, batch 2/rank, 320 ms emulated, cpu, lab mccl" in p.stdout
+    assert "| 2 | 85.5 % (80.0–90.9) | 470.0 ms | 69.7 % (66.7–72.7) | 575.0 ms | 1.23× |" in p.stdout
+    if "--plot" in args:
+        assert (tmp_path / "r.png").stat().st_size > 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling-report", str(bad)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "no runs" in p.stderr

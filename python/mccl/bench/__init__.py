@@ -6,6 +6,7 @@
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
+    mccl-bench scaling-report s1.json s2.json s3.json   # repeats of it: medians and ranges (--plot)
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
     mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
@@ -77,11 +78,19 @@ def parser() -> argparse.ArgumentParser:
                     help="emulated device time per step (see python -m mccl.workloads.vit --help)")
     sc.add_argument("--bucket-mb", type=float, default=0.0, help="DDP bucket size (0: the workload's 25)")
     sc.add_argument("--fsdp", action="store_true", help="FSDP2 (all-gather + reduce-scatter) instead of DDP")
+    sc.add_argument("--trace-buckets", action="store_true",
+                    help="DDP: time every gradient bucket; adds the tail after the last bucket was ready and, "
+                         "given the links' rate, how far the all-reduces end after the earliest time they could")
+    sc.add_argument("--link-gbit", type=float, default=0.0,
+                    help="links' TCP goodput for --trace-buckets (default: the lab's measured goodput)")
     sc.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     sc.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
     sc.add_argument("--timeout", type=float, default=3600)
     sc.add_argument("--json")
     sc.add_argument("--plot")
+    sr = sub.add_parser("scaling-report", help="repeated `scaling --json` runs in one table: medians and ranges")
+    sr.add_argument("files", nargs="+", metavar="JSON")
+    sr.add_argument("--plot", help="efficiency against ranks, one panel per workload")
     mm = sub.add_parser("matmul", help="FP32/TF32/BF16 matrix-product TFLOP/s of this device (no ranks)")
     mm.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     mm.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
@@ -144,6 +153,10 @@ def main(argv=None) -> int:
     if args.mode == "scaling":
         from . import scaling
         scaling.run(args)
+        return 0
+    if args.mode == "scaling-report":
+        from . import scaling_report
+        scaling_report.run(args)
         return 0
     if args.mode == "matmul":
         from . import matmul

@@ -36,20 +36,28 @@ def run(args) -> dict:
     if args.fsdp:
         base.append("--fsdp")
     env = {"OMP_NUM_THREADS": str(args.threads or 1)}
-    placement = {}
+    placement, link_gbit = {}, getattr(args, "link_gbit", 0.0)
     if args.netlab:
         from ..netlab import Lab, LabError
         try:
-            placement = Lab.load(args.netlab).launch_options(max(ns))
+            lab = Lab.load(args.netlab)
+            placement = lab.launch_options(max(ns))
         except LabError as e:
             raise SystemExit(f"mccl-bench scaling: {e}") from None
+        if not link_gbit and lab.goodput:
+            link_gbit = 8 * lab.goodput["min_GBps"]  # the ring's ceiling, `mccl netlab goodput`
+    tail = getattr(args, "trace_buckets", False) and not args.fsdp
+    if tail:
+        base.append("--trace-buckets")
+        if link_gbit:
+            base += ["--link-gbit", f"{link_gbit:.6g}"]
     runs = []
     print(f"# mccl-bench scaling: ViT preset {args.preset}, batch {args.batch}/rank, {args.steps} timed steps, "
           f"device {args.device}{', network lab ' + args.netlab if args.netlab else ', local ranks'}"
           f"{f', {args.emulate_ms:g} ms emulated device time per step' if args.emulate_ms else ''}"
           f"{', FSDP2 (no hidden share: its all-gathers cannot be skipped)' if args.fsdp else ', DDP'}", flush=True)
-    print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'hidden':>7}",
-          flush=True)
+    print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'hidden':>7}"
+          + (f" {'tail (ms)':>10} {'over floor':>10} {'skew':>6}" if tail else ""), flush=True)
     one = None
     for n in ns:
         for b in (["none"] if n == 1 else backends):
@@ -65,8 +73,15 @@ def run(args) -> dict:
             runs.append(r)
             hidden = f"{100 * r['hidden_share']:.0f}%" if "hidden_share" in r else "-"
             eff = f"{100 * r['efficiency']:.1f}%" if r["efficiency"] is not None else "-"
+            bt = r.get("bucket_trace", {})
+            tail_ms = f"{bt['tail_ms']:.1f}" if bt else "-"
+            # over the link floor, every rank's hand-overs counted (rank 0's alone on one rank)
+            over = bt.get("over_floor_all_ranks_ms", bt.get("over_floor_ms"))
+            over = f"{over:.1f}" if over is not None else "-"
+            skew = f"{bt['skew_ms']:.1f}" if "skew_ms" in bt else "-"
             print(f"{r['backend']:>8} {n:>3} {r['samples_per_s']:>10.1f} {r['step_s'] * 1000:>10.1f} "
-                  f"{eff:>11} {hidden:>7}", flush=True)
+                  f"{eff:>11} {hidden:>7}" + (f" {tail_ms:>10} {over:>10} {skew:>6}" if tail else ""),
+                  flush=True)
     out = {"preset": args.preset, "batch_per_rank": args.batch, "device": args.device,
            "emulate_ms": args.emulate_ms, "bucket_mb": args.bucket_mb, "fsdp": bool(args.fsdp),
            "netlab": args.netlab, "runs": runs}

@@ -119,6 +119,12 @@ def parse(argv=None):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--measure-overlap", action="store_true",
                     help="also time steps without gradient sync and the gradient all-reduce alone")
+    ap.add_argument("--trace-buckets", action="store_true",
+                    help="DDP: time each gradient bucket (ready, reduced) and print the last step's timeline "
+                         "and the tail after the last bucket was ready")
+    ap.add_argument("--link-gbit", type=float, default=0.0,
+                    help="with --trace-buckets: the links' TCP goodput, to report how far the all-reduces "
+                         "end after the earliest time any ring all-reduce could on such links")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave as is)")
     ap.add_argument("--emulate-ms", type=float, default=0.0,
                     help="add this much emulated device time per step (sleeps after each block, a third "
@@ -169,6 +175,10 @@ def main(argv=None) -> int:
         fully_shard(model, mesh=mesh)
     elif distributed and world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    trace = None
+    if args.trace_buckets and ddp is not model:
+        from .bucket_trace import BucketTrace
+        trace = BucketTrace(ddp)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     image = PRESETS[args.preset][5]
     gen = torch.Generator().manual_seed(1000 + rank)
@@ -189,7 +199,11 @@ def main(argv=None) -> int:
         with ctx:  # forward and backward both inside no_sync
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
                 loss = F.cross_entropy(ddp(x), y)
+            if trace and sync_grads:
+                trace.begin()
             loss.backward()
+            if trace and sync_grads:
+                trace.end()
         opt.step()
         return loss
 
@@ -199,6 +213,8 @@ def main(argv=None) -> int:
         sync()
         if distributed:
             dist.barrier()
+        if trace:
+            trace.clear()  # the timed steps only
         t0 = time.perf_counter()
         loss = None
         for i in range(n):
@@ -214,11 +230,18 @@ def main(argv=None) -> int:
         return dt / n, float(loss.item())
 
     step_s, loss = timed(args.steps)
+    buckets = None
+    if trace:
+        everyone = [None] * world  # every rank's passes, for the floor without rank skew
+        dist.all_gather_object(everyone, trace.passes)
+        buckets = trace.summary(world, args.link_gbit * 1e9 / 8, everyone)
     result = {"preset": args.preset, "params": nparams, "world": world,
               "backend": args.backend if distributed else "none", "device": str(dev),
               "batch_per_rank": args.batch, "bf16": args.bf16, "emulate_ms": args.emulate_ms,
               "bucket_mb": args.bucket_mb, "fsdp": args.fsdp and distributed and world > 1, "step_s": step_s,
               "samples_per_s": world * args.batch / step_s, "final_loss": loss}
+    if buckets:
+        result["bucket_trace"] = buckets
     if args.measure_overlap and ddp is not model:  # (DDP only: FSDP's all-gathers cannot be skipped)
         result["step_nosync_s"], _ = timed(args.steps, sync_grads=False, label="no-sync")
         flat = torch.zeros(nparams, device=dev)
@@ -246,6 +269,9 @@ def main(argv=None) -> int:
             print(f"# step without sync {result['step_nosync_s'] * 1000:.1f} ms; gradient all-reduce alone "
                   f"{result['allreduce_s'] * 1000:.1f} ms; {100 * result['hidden_share']:.0f}% of it hidden",
                   flush=True)
+        if buckets:
+            from .bucket_trace import BucketTrace
+            print(BucketTrace.render(buckets), flush=True)
         print("RESULT " + json.dumps(result), flush=True)
     if distributed:
         # DDP's reducer holds the process group: release it (and the groups'
