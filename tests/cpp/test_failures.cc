@@ -190,6 +190,28 @@ TEST(PeerShutdown, PendingOpFailsFastNamingThePeer) {
   });
 }
 
+// A peer that sends and shuts down at once, over a connection this rank's
+// listener has not yet handed to the group: its goodbye on the connections
+// already here must not end the peer while data is still on the late one.
+TEST(PeerShutdown, GoodbyeWaitsForConnectionsNotYetAdopted) {
+  const int msgs = 6;
+  runRanks(2, [&](Communicator& comm) {
+    std::vector<std::shared_ptr<Work>> works;
+    std::vector<int32_t> vals(msgs, -1);
+    for (int m = 0; m < msgs; ++m) {
+      vals[static_cast<size_t>(m)] = comm.rank() == 0 ? 1000 + m : -1;
+      works.push_back(comm.rank() == 0 ? send(comm, 1, 5, &vals[static_cast<size_t>(m)], 1, DataType::kInt32)
+                                       : recv(comm, 0, 5, &vals[static_cast<size_t>(m)], 1, DataType::kInt32));
+    }
+    for (auto& w : works) w->wait();  // rank 0 shuts down right after its sends leave
+    for (int m = 0; m < msgs; ++m) EXPECT_EQ(vals[static_cast<size_t>(m)], 1000 + m);
+  }, [](CommConfig& c) {
+    c.nsocksPerPeer = 3;  // rank 0 spreads its frames over three connections
+    c.localReadBytes = 0;
+    if (c.rank == 1) c.adoptDelayForTesting = std::chrono::milliseconds(150);
+  });
+}
+
 TEST(Usage, BadArgumentsBeforeAnyTraffic) {
   runRanks(2, [&](Communicator& comm) {
     std::vector<float> b(4);

@@ -81,6 +81,7 @@ void Communicator::bootstrap() {
   listener_ = std::make_unique<Listener>(
       itf.addr, cfg_.portRange, identity_, cfg_.handshakeTimeout,
       [this](Socket sock, uint32_t peer, uint16_t port) {
+        if (cfg_.adoptDelayForTesting.count() > 0) std::this_thread::sleep_for(cfg_.adoptDelayForTesting);
         adopt(std::move(sock), static_cast<int>(peer), true, port);
       },
       selfName() + ": ");
@@ -245,7 +246,15 @@ void Communicator::stopThreads(bool graceful) {
     h.type = FrameType::kClose;
     h.group = identity_.group;
     h.src = identity_.rank;
-    for (auto& c : conns) c->postClose(h);
+    // Each CLOSE says how many connections to that peer close: the peer may
+    // not have adopted all of them yet (its listener hands a connection over
+    // after the handshake's last byte has left), and must not take the peer
+    // for gone while frames wait on one it has not started reading.
+    for (const auto& p : peers_) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      h.offset = p->conns.size();
+      for (auto& c : p->conns) c->postClose(h);
+    }
     // Peers answer with their own CLOSE and EOF; a vanished peer gives EOF.
     for (auto& c : conns) {
       while (!c->finished() && !grace.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -520,11 +529,18 @@ void Communicator::connectionEnded(Connection& c, const Error* err) {
   }
   bool allClosed = true;
   {
+    // The peer is gone once every connection here has ended, this one with
+    // its goodbye, and goodbyes came on as many connections as the peer
+    // said it closes (some may still be in this rank's listener).
     std::lock_guard<std::mutex> lock(p.mu);
+    uint64_t announced = 0, said = 0;
     for (auto& x : p.conns) {
       if (x.get() != &c && !x->ended()) allClosed = false;
+      uint64_t n = x->peerClosed() ? x->peerCloseCount() : 0;
+      announced = std::max(announced, n);
+      said += n > 0 ? 1 : 0;
     }
-    allClosed = allClosed && c.peerClosed();
+    allClosed = allClosed && c.peerClosed() && said >= announced;
     if (allClosed) p.closed = true;
   }
   p.cv.notify_all();

@@ -42,6 +42,9 @@ struct CommConfig {
   // all_reduce larger than twice this runs in pieces (0: never).
   size_t pieceBytes = 4 << 20;
   std::chrono::milliseconds handshakeTimeout{10000};
+  // Tests only: the listener waits this long after a handshake before the
+  // connection joins the group (a listener descheduled at the wrong moment).
+  std::chrono::milliseconds adoptDelayForTesting{0};
 
   // Reads the MCCL_* variables; throws a usage error naming a bad value.
   static CommConfig fromEnv(int rank, int size);

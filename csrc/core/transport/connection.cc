@@ -388,7 +388,10 @@ bool Connection::readFrame() {
       text.assign(reinterpret_cast<const char*>(rbuf_.data() + rstart_), h.length);
       rstart_ += h.length;
     }
-    if (h.type == FrameType::kClose) peerClosed_.store(true);
+    if (h.type == FrameType::kClose) {
+      peerCloseCount_.store(h.offset);  // before peerClosed_, which readers check first
+      peerClosed_.store(true);
+    }
     sinkCall([&] { sink_.control(*this, h, text); });
     return true;
   }

@@ -116,6 +116,9 @@ class Connection {
   bool ended() const { return ended_.load(); }
   // Whether the peer announced a clean shutdown.
   bool peerClosed() const { return peerClosed_.load(); }
+  // How many connections to this end the peer said it closes (its CLOSE
+  // frame's count; 0 before a CLOSE or for an uncounted one).
+  uint64_t peerCloseCount() const { return peerCloseCount_.load(); }
   // Whether both threads have finished.
   bool finished() const { return recvDone_.load() && sendDone_.load(); }
   // Whether the send thread has finished (after a CLOSE or ABORT, once it is out).
@@ -191,6 +194,7 @@ class Connection {
   std::atomic<uint64_t> refsSent_{0};
 
   std::atomic<bool> peerClosed_{false};
+  std::atomic<uint64_t> peerCloseCount_{0};
   std::atomic<bool> ended_{false};
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> recvDone_{false}, sendDone_{false};

@@ -53,7 +53,8 @@ constexpr uint32_t kMaxAbortMessage = 64 * 1024;
 
 enum class FrameType : uint8_t {
   kData = 1,   // payload is part of a message
-  kClose = 2,  // the sender is shutting down cleanly; no payload
+  kClose = 2,  // the sender is shutting down cleanly; no payload. `offset`: how
+               // many connections to this peer it closes (0: not counted)
   kAbort = 3,  // the sender's communicator failed; payload is the reason
   kRts = 4,    // p2p rendezvous: a large message is ready to send; no payload
   kCts = 5,    // p2p rendezvous: its receive is posted, send it; no payload
