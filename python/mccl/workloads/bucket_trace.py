@@ -108,7 +108,7 @@ class BucketTrace:
             last = max((b["ready_ms"] for b in p["buckets"]), default=p["end_ms"])
             tails.append(p["end_ms"] - last)
             if world > 1 and link_bytes_per_s > 0 and p["buckets"]:
-                done = max(b["done_ms"] or p["end_ms"] for b in p["buckets"])
+                done = max(p["end_ms"] if b["done_ms"] is None else b["done_ms"] for b in p["buckets"])
                 over.append(done - self.floor_ms(p["buckets"], world, link_bytes_per_s))
         p = self.passes[-1]
         last = max((b["ready_ms"] for b in p["buckets"]), default=p["end_ms"])
