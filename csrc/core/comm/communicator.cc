@@ -252,7 +252,8 @@ void Communicator::stopThreads(bool graceful) {
     // for gone while frames wait on one it has not started reading.
     for (const auto& p : peers_) {
       std::lock_guard<std::mutex> lock(p->mu);
-      h.offset = p->conns.size();
+      h.offset = static_cast<uint64_t>(
+          std::count_if(p->conns.begin(), p->conns.end(), [](const auto& c) { return !c->ended(); }));
       for (auto& c : p->conns) c->postClose(h);
     }
     // Peers answer with their own CLOSE and EOF; a vanished peer gives EOF.
