@@ -28,5 +28,4 @@ void divide(void* buf, size_t count, DataType dtype, int64_t divisor);
 // out[i] = in[i] * factor (PREMUL_SUM); floating types only. out may alias in.
 void scale(void* out, const void* in, size_t count, DataType dtype, double factor);
 
-
 }  // namespace mccl::kernels

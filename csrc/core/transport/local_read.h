@@ -58,7 +58,6 @@ class PeerMemory {
   // with *why, when it cannot (also where pidfds are missing: Linux < 5.3).
   bool open(const LocalIdentity& peer, std::string* why);
   bool isOpen() const { return pidfd_ >= 0; }
-  uint32_t pid() const { return pid_; }
   // readPeerMemory, then a check that the process had not exited meanwhile
   // (its pid could belong to another process by then): throws if it had.
   void read(uint64_t addr, void* dst, size_t len) const;

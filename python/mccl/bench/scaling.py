@@ -36,7 +36,7 @@ def run(args) -> dict:
     if args.fsdp:
         base.append("--fsdp")
     env = {"OMP_NUM_THREADS": str(args.threads or 1)}
-    placement, link_gbit = {}, getattr(args, "link_gbit", 0.0)
+    placement, link_gbit = {}, args.link_gbit
     if args.netlab:
         from ..netlab import Lab, LabError
         try:
@@ -46,7 +46,7 @@ def run(args) -> dict:
             raise SystemExit(f"mccl-bench scaling: {e}") from None
         if not link_gbit and lab.goodput:
             link_gbit = 8 * lab.goodput["min_GBps"]  # the ring's ceiling, `mccl netlab goodput`
-    tail = getattr(args, "trace_buckets", False) and not args.fsdp
+    tail = args.trace_buckets and not args.fsdp
     if tail:
         base.append("--trace-buckets")
         if link_gbit:

@@ -47,19 +47,29 @@ class BucketTrace:
         self.passes.clear()
 
     def _hook(self, state, bucket):
-        buf = bucket.buffer()
         cur = self._cur
+        if cur is None:  # a backward outside begin()/end(): not timed
+            return allreduce_hook(state, bucket)
+        buf = bucket.buffer()
+        t0 = cur["t0"]
         rec = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(),
-               "ready_ms": 1000 * (time.perf_counter() - cur["t0"]) if cur else 0.0, "done_ms": None}
-        if cur is not None:
-            cur["buckets"].append(rec)
-        t0 = cur["t0"] if cur else time.perf_counter()
+               "ready_ms": 1000 * (time.perf_counter() - t0), "done_ms": None}
+        cur["buckets"].append(rec)
 
         def done(fut):
             rec["done_ms"] = 1000 * (time.perf_counter() - t0)
             return fut.value()
 
         return allreduce_hook(state, bucket).then(done)
+
+    @staticmethod
+    def _last_ready(p: dict) -> float:
+        return max((b["ready_ms"] for b in p["buckets"]), default=p["end_ms"])
+
+    @staticmethod
+    def _done(p: dict, b: dict) -> float:
+        """When bucket b of pass p was reduced (the end of backward if unseen)."""
+        return p["end_ms"] if b["done_ms"] is None else b["done_ms"]
 
     @staticmethod
     def floor_ms(buckets: list[dict], world: int, link_bytes_per_s: float) -> float:
@@ -89,8 +99,7 @@ class BucketTrace:
                     m = by_index.setdefault(b["index"], {"index": b["index"], "bytes": b["bytes"],
                                                          "ready_ms": -1e18, "done_ms": -1e18})
                     m["ready_ms"] = max(m["ready_ms"], shift + b["ready_ms"])
-                    m["done_ms"] = max(m["done_ms"], shift + (b["done_ms"] if b["done_ms"] is not None
-                                                              else p["end_ms"]))
+                    m["done_ms"] = max(m["done_ms"], shift + BucketTrace._done(p, b))
             merged.append({"buckets": list(by_index.values()),
                            "end_ms": max(1000 * (p["wall0"] - p0["wall0"]) + p["end_ms"] for p in ranks)})
             skews.append(max(lasts) - min(lasts))
@@ -105,13 +114,12 @@ class BucketTrace:
             return {}
         tails, over = [], []
         for p in self.passes:
-            last = max((b["ready_ms"] for b in p["buckets"]), default=p["end_ms"])
-            tails.append(p["end_ms"] - last)
+            tails.append(p["end_ms"] - self._last_ready(p))
             if world > 1 and link_bytes_per_s > 0 and p["buckets"]:
-                done = max(p["end_ms"] if b["done_ms"] is None else b["done_ms"] for b in p["buckets"])
+                done = max(self._done(p, b) for b in p["buckets"])
                 over.append(done - self.floor_ms(p["buckets"], world, link_bytes_per_s))
         p = self.passes[-1]
-        last = max((b["ready_ms"] for b in p["buckets"]), default=p["end_ms"])
+        last = self._last_ready(p)
         pending = sum(b["bytes"] for b in p["buckets"] if b["done_ms"] is None or b["done_ms"] > last)
         out = {"tail_ms": statistics.median(tails), "passes": len(self.passes), "backward_ms": p["end_ms"],
                "pending_at_last_ready_bytes": pending,

@@ -270,8 +270,7 @@ def main(argv=None) -> int:
                   f"{result['allreduce_s'] * 1000:.1f} ms; {100 * result['hidden_share']:.0f}% of it hidden",
                   flush=True)
         if buckets:
-            from .bucket_trace import BucketTrace
-            print(BucketTrace.render(buckets), flush=True)
+            print(trace.render(buckets), flush=True)
         print("RESULT " + json.dumps(result), flush=True)
     if distributed:
         # DDP's reducer holds the process group: release it (and the groups'
