@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include "algo/collectives.h"
+#include "args.h"
 #include "store_bridge.h"
 #include "work.h"
 
@@ -13,57 +14,6 @@ namespace {
 
 using c10d::OpType;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
-
-// "mccl allreduce (rank 1/4, group 'default_pg')"
-std::string who(const Communicator& comm, const char* op) {
-  return strCat("mccl ", op, " (rank ", comm.rank(), "/", comm.size(), ", group '",
-                comm.config().groupName, "')");
-}
-
-void checkTensor(const Communicator& comm, const at::Tensor& t, const char* op) {
-  TORCH_CHECK_VALUE(t.defined(), who(comm, op), ": undefined tensor");
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, who(comm, op), ": ", t.layout(),
-                    " tensors are not supported; use dense (strided) tensors");
-  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda() || t.device().is_mps(),
-                    who(comm, op), ": tensor on ", t.device(),
-                    "; mccl takes CPU, CUDA and MPS tensors");
-}
-
-void checkSingle(const Communicator& comm, const std::vector<at::Tensor>& ts, const char* op) {
-  TORCH_CHECK_VALUE(ts.size() == 1, who(comm, op), ": expected one tensor, got ", ts.size());
-  checkTensor(comm, ts[0], op);
-}
-
-void checkSameAs(const Communicator& comm, const at::Tensor& t, const at::Tensor& ref,
-                 const char* op, const char* what) {
-  checkTensor(comm, t, op);
-  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), who(comm, op), ": ", what, " has dtype ",
-                   dtypeLabel(t.scalar_type()), " but the input has ", dtypeLabel(ref.scalar_type()));
-  TORCH_CHECK_VALUE(t.numel() == ref.numel(), who(comm, op), ": ", what, " has ", t.numel(),
-                    " elements but the input has ", ref.numel());
-}
-
-void checkRoot(const Communicator& comm, int64_t root, const char* op) {
-  TORCH_CHECK_VALUE(root >= 0 && root < comm.size(), who(comm, op), ": root rank ", root,
-                    " is outside the group of ", comm.size(), " ranks");
-}
-
-// gather's outputs / scatter's inputs: the root passes one list of a tensor
-// per rank, each like `ref`; the other ranks pass none. Returns the root's.
-std::vector<at::Tensor> rootList(const Communicator& comm, const std::vector<std::vector<at::Tensor>>& lists,
-                                 int64_t rootRank, const at::Tensor& ref, const char* op,
-                                 const char* what) {
-  if (comm.rank() != rootRank) {
-    TORCH_CHECK_VALUE(lists.empty() || lists[0].empty(), who(comm, op), ": only the root (rank ",
-                      rootRank, ") takes ", what, " tensors");
-    return {};
-  }
-  TORCH_CHECK_VALUE(lists.size() == 1 && static_cast<int>(lists[0].size()) == comm.size(),
-                    who(comm, op), ": the root needs one ", what, " list of ", comm.size(), " tensors");
-  const std::string each = strCat("an ", what, " tensor");
-  for (const auto& t : lists[0]) checkSameAs(comm, t, ref, op, each.c_str());
-  return lists[0];
-}
 
 // Runs `submit`, turning core usage errors into ValueError and the rest into
 // DistBackendError.
@@ -96,6 +46,59 @@ std::vector<P> blocks(const View& v, int n, size_t count) {
   return out;
 }
 
+// ---- option builders, one per op family --------------------------------
+
+template <typename O>
+O reducing(O o, const CoreReduce& r) {
+  o.op = r.op;
+  o.premulFactor = r.premulFactor;
+  return o;
+}
+
+AllreduceOptions allreduceOpts(const View& v, const CoreReduce& r, Timeout t) {
+  AllreduceOptions o;
+  o.buf = v.data;
+  o.count = v.count;
+  o.dtype = v.dtype;
+  o.timeout = t;
+  return reducing(o, r);
+}
+
+ReduceOptions reduceOpts(const View& v, const CoreReduce& r, int64_t root, Timeout t) {
+  ReduceOptions o;
+  o.buf = v.data;
+  o.count = v.count;
+  o.dtype = v.dtype;
+  o.root = static_cast<int>(root);
+  o.timeout = t;
+  return reducing(o, r);
+}
+
+BroadcastOptions broadcastOpts(const View& v, int64_t root, Timeout t) {
+  return BroadcastOptions{v.data, v.count, v.dtype, static_cast<int>(root), t};
+}
+
+AllgatherOptions allgatherOpts(const View& in, std::vector<void*> out, Timeout t) {
+  AllgatherOptions o;
+  o.in = in.data;
+  o.out = std::move(out);
+  o.count = in.count;
+  o.dtype = in.dtype;
+  o.timeout = t;
+  return o;
+}
+
+ReduceScatterOptions reduceScatterOpts(std::vector<const void*> in, const View& out,
+                                       const CoreReduce& r, Timeout t) {
+  ReduceScatterOptions o;
+  o.in = std::move(in);
+  o.out = out.data;
+  o.count = out.count;
+  o.dtype = out.dtype;
+  o.timeout = t;
+  return reducing(o, r);
+}
+
 }  // namespace
 
 bool ProcessGroupMCCL::inPieces(const at::Tensor& t) const {
@@ -107,7 +110,7 @@ bool ProcessGroupMCCL::inPieces(const at::Tensor& t) const {
 
 template <typename MakeOp>
 WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* title,
-                                      const char* op, MakeOp&& makeOp) {
+                                      const std::string& who, MakeOp&& makeOp) {
   const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(comm_->config().pieceBytes) /
                                                static_cast<int64_t>(t.element_size()));
   // A strided tensor: the pieces are of a contiguous copy (made on the
@@ -117,7 +120,7 @@ WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* ti
   std::vector<Staging> pieces;
   std::vector<std::shared_ptr<Work>> cores;
   for (int64_t at = 0; at < flat.numel(); at += per) {
-    Staging st(who(*comm_, op));
+    Staging st(who);
     View v = st.inout(flat.narrow(0, at, std::min(per, flat.numel() - at)));
     if (at + per >= flat.numel() && !t.is_contiguous()) st.copyBackAtEnd(t, c);
     cores.push_back(submit(st, makeOp(v)));
@@ -198,66 +201,51 @@ void ProcessGroupMCCL::shutdown() {
   comm_->shutdown();
 }
 
+// Every override below checks all of its arguments (Args) before it stages
+// or submits anything, then builds the core options and submits.
+
 WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
                                     const c10d::AllreduceOptions& opts) {
-  const char* op = "allreduce";
-  TORCH_CHECK_VALUE(!tensors.empty(), who(*comm_, op), ": no tensors");
   if (tensors.size() > 1) {
     c10d::AllreduceCoalescedOptions co;
     co.reduceOp = opts.reduceOp;
     co.timeout = opts.timeout;
     return allreduce_coalesced(tensors, co);
   }
-  checkSingle(*comm_, tensors, op);
-  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), who(*comm_, op));
-  auto options = [&](const View& v) {
-    AllreduceOptions o;
-    o.buf = v.data;
-    o.count = v.count;
-    o.dtype = v.dtype;
-    o.op = red.op;
-    o.premulFactor = red.premulFactor;
-    o.timeout = opTimeout(opts.timeout);
-    return o;
-  };
+  Args a(*comm_, "allreduce");
+  a.single(tensors, "tensor");
+  CoreReduce red = a.reduce(opts.reduceOp, tensors[0].scalar_type());
+  const Timeout t = opTimeout(opts.timeout);
   if (inPieces(tensors[0])) {
-    return runInPieces(tensors[0], OpType::ALLREDUCE, "mccl:all_reduce", op, [&](const View& v) {
-      return [o = options(v), this] { return mccl::allreduce(*comm_, o); };
+    return runInPieces(tensors[0], OpType::ALLREDUCE, "mccl:all_reduce", a.who(), [&](const View& v) {
+      return [o = allreduceOpts(v, red, t), this] { return mccl::allreduce(*comm_, o); };
     });
   }
-  Staging st(who(*comm_, op));
-  AllreduceOptions o = options(st.inout(tensors[0]));
+  Staging st(a.who());
+  AllreduceOptions o = allreduceOpts(st.inout(tensors[0]), red, t);
   auto w = submit(st, [=, this] { return mccl::allreduce(*comm_, o); });
   return finish(*comm_, OpType::ALLREDUCE, "mccl:all_reduce", tensors, tensors, {w}, std::move(st));
 }
 
 WorkPtr ProcessGroupMCCL::allreduce_sparse(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions&) {
-  TORCH_CHECK_VALUE(false, who(*comm_, "allreduce"), ": sparse tensors are not supported (",
+  TORCH_CHECK_VALUE(false, Args(*comm_, "allreduce").who(), ": sparse tensors are not supported (",
                     tensors.empty() ? std::string("no tensor") : c10::str(tensors[0].layout()),
                     "); call .to_dense() first");
 }
 
 WorkPtr ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                               const c10d::AllreduceCoalescedOptions& opts) {
-  const char* op = "allreduce_coalesced";
-  TORCH_CHECK_VALUE(!tensors.empty(), who(*comm_, op), ": no tensors");
-  for (const auto& t : tensors) {
-    checkTensor(*comm_, t, op);
-    TORCH_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(), who(*comm_, op),
-                     ": all tensors must have one dtype, got ", dtypeLabel(tensors[0].scalar_type()), " and ",
-                     dtypeLabel(t.scalar_type()));
+  Args a(*comm_, "allreduce_coalesced");
+  a.nonEmpty(tensors, "tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    a.tensor(tensors[i], at("tensors", i));
+    a.sameDtype(tensors[i], at("tensors", i), tensors[0], "tensors[0]");
   }
-  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), who(*comm_, op));
-  Staging st(who(*comm_, op));
-  View v = st.flatten(tensors, /*writeBack=*/true);
-  AllreduceOptions o;
-  o.buf = v.data;
-  o.count = v.count;
-  o.dtype = v.dtype;
-  o.op = red.op;
-  o.premulFactor = red.premulFactor;
-  o.timeout = opTimeout(opts.timeout);
+  CoreReduce red = a.reduce(opts.reduceOp, tensors[0].scalar_type());
+  Staging st(a.who());
+  AllreduceOptions o = allreduceOpts(st.flatten(tensors, /*writeBack=*/true), red,
+                                     opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::allreduce(*comm_, o); });
   return finish(*comm_, OpType::ALLREDUCE_COALESCED, "mccl:all_reduce_coalesced", tensors, tensors,
                 {w}, std::move(st));
@@ -265,39 +253,25 @@ WorkPtr ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
 
 WorkPtr ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
                                     const c10d::BroadcastOptions& opts) {
-  const char* op = "broadcast";
-  checkSingle(*comm_, tensors, op);
-  checkRoot(*comm_, opts.rootRank, op);
-  TORCH_CHECK_VALUE(opts.rootTensor == 0, who(*comm_, op), ": rootTensor must be 0, got ",
-                    opts.rootTensor);
+  Args a(*comm_, "broadcast");
+  a.single(tensors, "tensor");
+  a.root(opts.rootRank, opts.rootTensor);
   // Not in pieces: on the 2-core CI machine a 64 MiB broadcast in 4 MiB
   // pieces took 10 % longer (each piece's chain fills and drains).
-  Staging st(who(*comm_, op));
-  View v = st.inout(tensors[0]);
-  BroadcastOptions o{v.data, v.count, v.dtype, static_cast<int>(opts.rootRank),
-                     opTimeout(opts.timeout)};
+  Staging st(a.who());
+  BroadcastOptions o = broadcastOpts(st.inout(tensors[0]), opts.rootRank, opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::broadcast(*comm_, o); });
   return finish(*comm_, OpType::BROADCAST, "mccl:broadcast", tensors, tensors, {w}, std::move(st));
 }
 
 WorkPtr ProcessGroupMCCL::reduce(std::vector<at::Tensor>& tensors,
                                  const c10d::ReduceOptions& opts) {
-  const char* op = "reduce";
-  checkSingle(*comm_, tensors, op);
-  checkRoot(*comm_, opts.rootRank, op);
-  TORCH_CHECK_VALUE(opts.rootTensor == 0, who(*comm_, op), ": rootTensor must be 0, got ",
-                    opts.rootTensor);
-  CoreReduce red = coreReduce(opts.reduceOp, tensors[0].scalar_type(), who(*comm_, op));
-  Staging st(who(*comm_, op));
-  View v = st.inout(tensors[0]);
-  ReduceOptions o;
-  o.buf = v.data;
-  o.count = v.count;
-  o.dtype = v.dtype;
-  o.op = red.op;
-  o.premulFactor = red.premulFactor;
-  o.root = static_cast<int>(opts.rootRank);
-  o.timeout = opTimeout(opts.timeout);
+  Args a(*comm_, "reduce");
+  a.single(tensors, "tensor");
+  a.root(opts.rootRank, opts.rootTensor);
+  CoreReduce red = a.reduce(opts.reduceOp, tensors[0].scalar_type());
+  Staging st(a.who());
+  ReduceOptions o = reduceOpts(st.inout(tensors[0]), red, opts.rootRank, opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::reduce(*comm_, o); });
   return finish(*comm_, OpType::REDUCE, "mccl:reduce", tensors, tensors, {w}, std::move(st));
 }
@@ -305,49 +279,31 @@ WorkPtr ProcessGroupMCCL::reduce(std::vector<at::Tensor>& tensors,
 WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                     std::vector<at::Tensor>& inputs,
                                     const c10d::AllgatherOptions& opts) {
-  const char* op = "allgather";
-  checkSingle(*comm_, inputs, op);
-  TORCH_CHECK_VALUE(outputs.size() == 1, who(*comm_, op), ": expected one output list, got ",
-                    outputs.size());
+  // torch: all_gather(tensor_list, tensor) reaches here as ([tensor_list], [tensor]).
+  Args a(*comm_, "allgather");
+  a.single(inputs, "tensor");
+  TORCH_CHECK_VALUE(outputs.size() == 1, a.who(), ": expected one output list, got ", outputs.size());
   auto& outs = outputs[0];
-  TORCH_CHECK_VALUE(static_cast<int>(outs.size()) == comm_->size(), who(*comm_, op),
-                    ": the output list has ", outs.size(), " tensors but the group has ",
-                    comm_->size(), " ranks");
-  Staging st(who(*comm_, op));
+  a.perRank(outs, "tensor_list");
+  for (size_t r = 0; r < outs.size(); ++r) a.like(outs[r], at("tensor_list", r), inputs[0], "tensor");
+  Staging st(a.who());
   View in = st.input(inputs[0]);
-  AllgatherOptions o;
-  o.in = in.data;
-  o.count = in.count;
-  o.dtype = in.dtype;
-  o.timeout = opTimeout(opts.timeout);
-  for (auto& t : outs) {
-    checkSameAs(*comm_, t, inputs[0], op, "an output tensor");
-    o.out.push_back(st.output(t).data);
-  }
+  std::vector<void*> out;
+  for (auto& t : outs) out.push_back(st.output(t).data);
+  AllgatherOptions o = allgatherOpts(in, std::move(out), opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::allgather(*comm_, o); });
   return finish(*comm_, OpType::ALLGATHER, "mccl:all_gather", outs, inputs, {w}, std::move(st));
 }
 
 WorkPtr ProcessGroupMCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
                                           const c10d::AllgatherOptions& opts) {
-  const char* op = "allgather_into_tensor";
-  checkTensor(*comm_, input, op);
-  checkTensor(*comm_, output, op);
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), who(*comm_, op),
-                   ": output dtype ", dtypeLabel(output.scalar_type()), " differs from input dtype ",
-                   dtypeLabel(input.scalar_type()));
-  TORCH_CHECK_VALUE(output.numel() == input.numel() * comm_->size(), who(*comm_, op),
-                    ": output has ", output.numel(), " elements; expected world size ",
-                    comm_->size(), " x input's ", input.numel());
-  Staging st(who(*comm_, op));
+  Args a(*comm_, "allgather_into_tensor");
+  a.tensor(input, "input_tensor");
+  a.like(output, "output_tensor", input, "input_tensor", input.numel() * a.size());
+  Staging st(a.who());
   View in = st.input(input);
   View out = st.output(output);
-  AllgatherOptions o;
-  o.in = in.data;
-  o.count = in.count;
-  o.dtype = in.dtype;
-  o.out = blocks<void*>(out, comm_->size(), in.count);
-  o.timeout = opTimeout(opts.timeout);
+  AllgatherOptions o = allgatherOpts(in, blocks<void*>(out, a.size(), in.count), opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::allgather(*comm_, o); });
   return finish(*comm_, OpType::_ALLGATHER_BASE, "mccl:_all_gather_base", {output}, {input}, {w},
                 std::move(st));
@@ -356,27 +312,34 @@ WorkPtr ProcessGroupMCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
 WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
                                               std::vector<at::Tensor>& inputs,
                                               const c10d::AllgatherOptions& opts) {
-  const char* op = "allgather_coalesced";
-  TORCH_CHECK_VALUE(outputLists.size() == inputs.size(), who(*comm_, op), ": ",
-                    outputLists.size(), " output lists for ", inputs.size(), " inputs");
+  // torch's layout: output_tensor_lists[r][i] receives rank r's input i
+  // (one list per rank, each as long as the input list).
+  Args a(*comm_, "allgather_coalesced");
+  const char* outName = "output_tensor_lists";
+  a.nonEmpty(inputs, "input_tensor_list");
+  TORCH_CHECK_VALUE(static_cast<int>(outputLists.size()) == a.size(), a.who(), ": ", outName,
+                    " has ", outputLists.size(), " lists but the group has ", a.size(),
+                    " ranks (one list per rank)");
+  for (size_t i = 0; i < inputs.size(); ++i) a.tensor(inputs[i], at("input_tensor_list", i));
+  for (size_t r = 0; r < outputLists.size(); ++r) {
+    TORCH_CHECK_VALUE(outputLists[r].size() == inputs.size(), a.who(), ": ", at(outName, r),
+                      " has ", outputLists[r].size(), " tensors but input_tensor_list has ",
+                      inputs.size(), " (one per input)");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      a.like(outputLists[r][i], at(outName, r, i), inputs[i], at("input_tensor_list", i));
+    }
+  }
+  Staging st(a.who());
   std::vector<std::shared_ptr<Work>> core;
-  Staging st(who(*comm_, op));
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(*comm_, inputs[i], op);
-    TORCH_CHECK_VALUE(static_cast<int>(outputLists[i].size()) == comm_->size(), who(*comm_, op),
-                      ": output list ", i, " has ", outputLists[i].size(), " tensors");
     View in = st.input(inputs[i]);
-    AllgatherOptions o;
-    o.in = in.data;
-    o.count = in.count;
-    o.dtype = in.dtype;
-    o.timeout = opTimeout(opts.timeout);
-    for (auto& t : outputLists[i]) {
-      checkSameAs(*comm_, t, inputs[i], op, "an output tensor");
-      o.out.push_back(st.output(t).data);
-      outs.push_back(t);
+    std::vector<void*> out;
+    for (auto& list : outputLists) {
+      out.push_back(st.output(list[i]).data);
+      outs.push_back(list[i]);
     }
+    AllgatherOptions o = allgatherOpts(in, std::move(out), opTimeout(opts.timeout));
     core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
   }
   return finish(*comm_, OpType::ALLGATHER_COALESCED, "mccl:all_gather_coalesced", outs, inputs,
@@ -386,26 +349,18 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
 WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllgatherOptions& opts) {
-  const char* op = "allgather_into_tensor_coalesced";
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), who(*comm_, op), ": ", outputs.size(),
-                    " outputs for ", inputs.size(), " inputs");
-  std::vector<std::shared_ptr<Work>> core;
-  Staging st(who(*comm_, op));
+  Args a(*comm_, "allgather_into_tensor_coalesced");
+  a.pairs(outputs.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(*comm_, inputs[i], op);
-    checkTensor(*comm_, outputs[i], op);
-    TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * comm_->size() &&
-                          outputs[i].scalar_type() == inputs[i].scalar_type(),
-                      who(*comm_, op), ": output ", i, " must have world size x the input's ",
-                      inputs[i].numel(), " elements of ", dtypeLabel(inputs[i].scalar_type()));
+    a.tensor(inputs[i], at("inputs", i));
+    a.like(outputs[i], at("outputs", i), inputs[i], at("inputs", i), inputs[i].numel() * a.size());
+  }
+  Staging st(a.who());
+  std::vector<std::shared_ptr<Work>> core;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     View in = st.input(inputs[i]);
     View out = st.output(outputs[i]);
-    AllgatherOptions o;
-    o.in = in.data;
-    o.count = in.count;
-    o.dtype = in.dtype;
-    o.out = blocks<void*>(out, comm_->size(), in.count);
-    o.timeout = opTimeout(opts.timeout);
+    AllgatherOptions o = allgatherOpts(in, blocks<void*>(out, a.size(), in.count), opTimeout(opts.timeout));
     core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
   }
   return finish(*comm_, OpType::COALESCED, "mccl:all_gather_into_tensor_coalesced", outputs,
@@ -415,13 +370,13 @@ WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor
 WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                  std::vector<at::Tensor>& inputs,
                                  const c10d::GatherOptions& opts) {
-  const char* op = "gather";
-  checkSingle(*comm_, inputs, op);
-  checkRoot(*comm_, opts.rootRank, op);
-  std::vector<at::Tensor> outs = rootList(*comm_, outputs, opts.rootRank, inputs[0], op, "output");
-  Staging st(who(*comm_, op));
-  View in = st.input(inputs[0]);
+  Args a(*comm_, "gather");
+  a.single(inputs, "tensor");
+  a.root(opts.rootRank, 0);
+  std::vector<at::Tensor> outs = a.rootList(outputs, opts.rootRank, inputs[0], "gather_list", "tensor");
+  Staging st(a.who());
   GatherOptions o;
+  View in = st.input(inputs[0]);
   o.in = in.data;
   o.count = in.count;
   o.dtype = in.dtype;
@@ -435,13 +390,13 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
 WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
                                   std::vector<std::vector<at::Tensor>>& inputs,
                                   const c10d::ScatterOptions& opts) {
-  const char* op = "scatter";
-  checkSingle(*comm_, outputs, op);
-  checkRoot(*comm_, opts.rootRank, op);
-  std::vector<at::Tensor> ins = rootList(*comm_, inputs, opts.rootRank, outputs[0], op, "input");
-  Staging st(who(*comm_, op));
-  View out = st.output(outputs[0]);
+  Args a(*comm_, "scatter");
+  a.single(outputs, "tensor");
+  a.root(opts.rootRank, 0);
+  std::vector<at::Tensor> ins = a.rootList(inputs, opts.rootRank, outputs[0], "scatter_list", "tensor");
+  Staging st(a.who());
   ScatterOptions o;
+  View out = st.output(outputs[0]);
   o.out = out.data;
   o.count = out.count;
   o.dtype = out.dtype;
@@ -455,24 +410,18 @@ WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
 WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ReduceScatterOptions& opts) {
-  const char* op = "reduce_scatter";
-  checkSingle(*comm_, outputs, op);
-  TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == comm_->size(),
-                    who(*comm_, op), ": expected one input list of ", comm_->size(), " tensors");
-  CoreReduce red = coreReduce(opts.reduceOp, outputs[0].scalar_type(), who(*comm_, op));
-  Staging st(who(*comm_, op));
+  // torch: reduce_scatter(output, input_list) reaches here as ([output], [input_list]).
+  Args a(*comm_, "reduce_scatter");
+  a.single(outputs, "output");
+  TORCH_CHECK_VALUE(inputs.size() == 1, a.who(), ": expected one input list, got ", inputs.size());
+  a.perRank(inputs[0], "input_list");
+  for (size_t r = 0; r < inputs[0].size(); ++r) a.like(inputs[0][r], at("input_list", r), outputs[0], "output");
+  CoreReduce red = a.reduce(opts.reduceOp, outputs[0].scalar_type());
+  Staging st(a.who());
   View out = st.output(outputs[0]);
-  ReduceScatterOptions o;
-  o.out = out.data;
-  o.count = out.count;
-  o.dtype = out.dtype;
-  o.op = red.op;
-  o.premulFactor = red.premulFactor;
-  o.timeout = opTimeout(opts.timeout);
-  for (auto& t : inputs[0]) {
-    checkSameAs(*comm_, t, outputs[0], op, "an input tensor");
-    o.in.push_back(st.input(t).data);
-  }
+  std::vector<const void*> in;
+  for (auto& t : inputs[0]) in.push_back(st.input(t).data);
+  ReduceScatterOptions o = reduceScatterOpts(std::move(in), out, red, opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); });
   return finish(*comm_, OpType::REDUCE_SCATTER, "mccl:reduce_scatter", outputs, inputs[0], {w},
                 std::move(st));
@@ -480,27 +429,15 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
 
 WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                const c10d::ReduceScatterOptions& opts) {
-  const char* op = "reduce_scatter_tensor";
-  checkTensor(*comm_, input, op);
-  checkTensor(*comm_, output, op);
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), who(*comm_, op),
-                   ": output dtype ", dtypeLabel(output.scalar_type()), " differs from input dtype ",
-                   dtypeLabel(input.scalar_type()));
-  TORCH_CHECK_VALUE(input.numel() == output.numel() * comm_->size(), who(*comm_, op),
-                    ": input has ", input.numel(), " elements; expected world size ",
-                    comm_->size(), " x output's ", output.numel());
-  CoreReduce red = coreReduce(opts.reduceOp, output.scalar_type(), who(*comm_, op));
-  Staging st(who(*comm_, op));
+  Args a(*comm_, "reduce_scatter_tensor");
+  a.tensor(output, "output");
+  a.like(input, "input", output, "output", output.numel() * a.size());
+  CoreReduce red = a.reduce(opts.reduceOp, output.scalar_type());
+  Staging st(a.who());
   View in = st.input(input);
   View out = st.output(output);
-  ReduceScatterOptions o;
-  o.out = out.data;
-  o.count = out.count;
-  o.dtype = out.dtype;
-  o.op = red.op;
-  o.premulFactor = red.premulFactor;
-  o.in = blocks<const void*>(in, comm_->size(), out.count);
-  o.timeout = opTimeout(opts.timeout);
+  ReduceScatterOptions o = reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out, red,
+                                             opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); });
   return finish(*comm_, OpType::_REDUCE_SCATTER_BASE, "mccl:_reduce_scatter_base", {output},
                 {input}, {w}, std::move(st));
@@ -509,29 +446,21 @@ WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& i
 WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::ReduceScatterOptions& opts) {
-  const char* op = "reduce_scatter_tensor_coalesced";
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), who(*comm_, op), ": ", outputs.size(),
-                    " outputs for ", inputs.size(), " inputs");
-  std::vector<std::shared_ptr<Work>> core;
-  Staging st(who(*comm_, op));
+  Args a(*comm_, "reduce_scatter_tensor_coalesced");
+  a.pairs(outputs.size(), inputs.size());
+  std::vector<CoreReduce> reds;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(*comm_, inputs[i], op);
-    checkTensor(*comm_, outputs[i], op);
-    TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * comm_->size() &&
-                          outputs[i].scalar_type() == inputs[i].scalar_type(),
-                      who(*comm_, op), ": input ", i, " must have world size x the output's ",
-                      outputs[i].numel(), " elements of ", dtypeLabel(outputs[i].scalar_type()));
-    CoreReduce red = coreReduce(opts.reduceOp, outputs[i].scalar_type(), who(*comm_, op));
+    a.tensor(outputs[i], at("outputs", i));
+    a.like(inputs[i], at("inputs", i), outputs[i], at("outputs", i), outputs[i].numel() * a.size());
+    reds.push_back(a.reduce(opts.reduceOp, outputs[i].scalar_type()));
+  }
+  Staging st(a.who());
+  std::vector<std::shared_ptr<Work>> core;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     View in = st.input(inputs[i]);
     View out = st.output(outputs[i]);
-    ReduceScatterOptions o;
-    o.out = out.data;
-    o.count = out.count;
-    o.dtype = out.dtype;
-    o.op = red.op;
-    o.premulFactor = red.premulFactor;
-    o.in = blocks<const void*>(in, comm_->size(), out.count);
-    o.timeout = opTimeout(opts.timeout);
+    ReduceScatterOptions o = reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out,
+                                               reds[i], opTimeout(opts.timeout));
     core.push_back(submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); }));
   }
   return finish(*comm_, OpType::COALESCED, "mccl:reduce_scatter_tensor_coalesced", outputs,
@@ -542,30 +471,28 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
                                         std::vector<int64_t>& outputSplitSizes,
                                         std::vector<int64_t>& inputSplitSizes,
                                         const c10d::AllToAllOptions& opts) {
-  const char* op = "alltoall_base";
-  checkTensor(*comm_, input, op);
-  checkTensor(*comm_, output, op);
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), who(*comm_, op),
-                   ": output dtype ", dtypeLabel(output.scalar_type()), " differs from input dtype ",
-                   dtypeLabel(input.scalar_type()));
-  const int n = comm_->size();
+  Args a(*comm_, "alltoall_base");
+  a.tensor(input, "input");
+  a.tensor(output, "output");
+  a.sameDtype(output, "output", input, "input");
+  const int n = a.size();
   // Splits are in rows of dim 0; none given means equal splits.
   auto rowsOf = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
     std::vector<int64_t> rows;
     int64_t dim0 = t.dim() == 0 ? 1 : t.size(0);
     if (splits.empty()) {
-      TORCH_CHECK_VALUE(dim0 % n == 0, who(*comm_, op), ": ", what, " has ", dim0,
+      TORCH_CHECK_VALUE(dim0 % n == 0, a.who(), ": ", what, " has ", dim0,
                         " rows, which do not split evenly over ", n, " ranks; pass split sizes");
       rows.assign(static_cast<size_t>(n), dim0 / n);
     } else {
-      TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == n, who(*comm_, op), ": ", what,
-                        " split sizes have ", splits.size(), " entries for ", n, " ranks");
+      TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == n, a.who(), ": ", what,
+                        "_split_sizes has ", splits.size(), " entries for ", n, " ranks");
       int64_t sum = 0;
       for (int64_t s : splits) {
-        TORCH_CHECK_VALUE(s >= 0, who(*comm_, op), ": negative ", what, " split size ", s);
+        TORCH_CHECK_VALUE(s >= 0, a.who(), ": negative ", what, " split size ", s);
         sum += s;
       }
-      TORCH_CHECK_VALUE(sum == dim0, who(*comm_, op), ": ", what, " split sizes sum to ", sum,
+      TORCH_CHECK_VALUE(sum == dim0, a.who(), ": ", what, "_split_sizes sum to ", sum,
                         " but the tensor has ", dim0, " rows");
       rows = splits;
     }
@@ -575,7 +502,7 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
   auto outRows = rowsOf(output, outputSplitSizes, "output");
   const int64_t inRow = input.dim() == 0 || input.size(0) == 0 ? 0 : input.numel() / input.size(0);
   const int64_t outRow = output.dim() == 0 || output.size(0) == 0 ? 0 : output.numel() / output.size(0);
-  Staging st(who(*comm_, op));
+  Staging st(a.who());
   View in = st.input(input);
   View out = st.output(output);
   const size_t per = in.count / std::max<size_t>(1, static_cast<size_t>(input.numel()));
@@ -602,22 +529,23 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
 WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
                                    std::vector<at::Tensor>& inputs,
                                    const c10d::AllToAllOptions& opts) {
-  const char* op = "alltoall";
-  const int n = comm_->size();
-  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
-                    who(*comm_, op), ": expected ", n, " input and output tensors, got ",
-                    inputs.size(), " and ", outputs.size());
-  Staging st(who(*comm_, op));
+  // torch: all_to_all(output_tensor_list, input_tensor_list): input i goes
+  // to rank i, output i comes from rank i; sizes may differ per rank.
+  Args a(*comm_, "alltoall");
+  a.perRank(inputs, "input_tensor_list");
+  a.perRank(outputs, "output_tensor_list");
+  for (size_t p = 0; p < inputs.size(); ++p) {
+    a.tensor(inputs[p], at("input_tensor_list", p));
+    a.tensor(outputs[p], at("output_tensor_list", p));
+    a.sameDtype(inputs[p], at("input_tensor_list", p), inputs[0], "input_tensor_list[0]");
+    a.sameDtype(outputs[p], at("output_tensor_list", p), inputs[0], "input_tensor_list[0]");
+  }
+  Staging st(a.who());
   AlltoallOptions o;
   o.timeout = opTimeout(opts.timeout);
-  for (int p = 0; p < n; ++p) {
-    checkTensor(*comm_, inputs[static_cast<size_t>(p)], op);
-    checkTensor(*comm_, outputs[static_cast<size_t>(p)], op);
-    TORCH_CHECK_TYPE(inputs[static_cast<size_t>(p)].scalar_type() == inputs[0].scalar_type() &&
-                         outputs[static_cast<size_t>(p)].scalar_type() == inputs[0].scalar_type(),
-                     who(*comm_, op), ": all tensors must have dtype ", dtypeLabel(inputs[0].scalar_type()));
-    View in = st.input(inputs[static_cast<size_t>(p)]);
-    View out = st.output(outputs[static_cast<size_t>(p)]);
+  for (size_t p = 0; p < inputs.size(); ++p) {
+    View in = st.input(inputs[p]);
+    View out = st.output(outputs[p]);
     o.dtype = in.dtype;
     o.in.push_back(in.data);
     o.inCounts.push_back(in.count);
@@ -629,10 +557,10 @@ WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
 }
 
 WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  const char* op = "send";
-  checkSingle(*comm_, tensors, op);
-  TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
-  Staging st(who(*comm_, op));
+  Args a(*comm_, "send");
+  a.single(tensors, "tensor");
+  a.tag(tag);
+  Staging st(a.who());
   View v = st.input(tensors[0]);
   auto w = submit(st, [=, this] {
     return mccl::send(*comm_, dstRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
@@ -641,10 +569,10 @@ WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, in
 }
 
 WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  const char* op = "recv";
-  checkSingle(*comm_, tensors, op);
-  TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
-  Staging st(who(*comm_, op));
+  Args a(*comm_, "recv");
+  a.single(tensors, "tensor");
+  a.tag(tag);
+  Staging st(a.who());
   View v = st.output(tensors[0]);
   auto w = submit(st, [=, this] {
     return mccl::recv(*comm_, srcRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
@@ -653,10 +581,10 @@ WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, in
 }
 
 WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  const char* op = "recv";
-  checkSingle(*comm_, tensors, op);
-  TORCH_CHECK_VALUE(tag >= 0, who(*comm_, op), ": tag must be non-negative, got ", tag);
-  Staging st(who(*comm_, op));
+  Args a(*comm_, "recv");
+  a.single(tensors, "tensor");
+  a.tag(tag);
+  Staging st(a.who());
   View v = st.output(tensors[0]);
   auto w = submit(st, [=, this] {
     return mccl::recv(*comm_, Communicator::kAnySource, static_cast<uint32_t>(tag), v.data,
@@ -667,7 +595,7 @@ WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int ta
 }
 
 WorkPtr ProcessGroupMCCL::barrier(const c10d::BarrierOptions& opts) {
-  Staging st(who(*comm_, "barrier"));
+  Staging st(Args(*comm_, "barrier").who());
   auto w = submit(st, [=, this] { return mccl::barrier(*comm_, opTimeout(opts.timeout)); });
   return finish(*comm_, OpType::BARRIER, "mccl:barrier", {}, {}, {w}, std::move(st));
 }

@@ -1,10 +1,15 @@
 // ProcessGroupMCCL: the c10d Backend for backend="mccl".
 //
-// A thin adapter: it checks the c10d arguments, turns tensors into
-// (pointer, count, dtype) views (staging non-contiguous ones), calls the
-// core collective, and returns a WorkMCCL whose Future completes with the
-// output tensors. Collectives only enqueue on the calling thread; the core's
-// workers do the rest.
+// A thin adapter: it checks every c10d argument of a call (args.h) before
+// anything is staged or sent, turns tensors into (pointer, count, dtype)
+// views (staging non-contiguous and device ones), calls the core collective,
+// and returns a WorkMCCL whose Future completes with the output tensors.
+//
+// Threads: every method runs on the caller's thread and does not wait for the
+// network. A small collective on an idle group may start there (the core's
+// submit() posts its first frames without blocking); others are started by
+// the communicator's engine thread, and ops whose device inputs are still
+// being copied go through the submit thread (submit_queue.h) in call order.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -103,7 +108,7 @@ class ProcessGroupMCCL : public c10d::Backend {
   // copied back one by one, overlapping the network.
   template <typename MakeOp>
   c10::intrusive_ptr<c10d::Work> runInPieces(at::Tensor& t, c10d::OpType type, const char* title,
-                                             const char* op, MakeOp&& makeOp);
+                                             const std::string& who, MakeOp&& makeOp);
 
   std::shared_ptr<Communicator> comm_;
   SubmitQueue queue_;

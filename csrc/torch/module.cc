@@ -9,7 +9,7 @@
 #include "backend.h"
 #include "c10d_ops.h"
 #include "fake_gpu.h"
-#include "algo/model.h"
+#include "algo/registry.h"
 #include "comm/cost_model.h"
 #include "reduce/parallel.h"
 #include "util/dtype.h"
@@ -97,6 +97,7 @@ PYBIND11_MODULE(_C, m) {
           d["type"] = p.type;
           d["default"] = p.defaultValue;
           d["doc"] = p.doc;
+          d["range"] = p.range;
           out.append(d);
         }
         return out;
@@ -127,6 +128,22 @@ PYBIND11_MODULE(_C, m) {
       py::arg("bytes") = size_t{16} << 20,
       "Nanoseconds per byte of the float32 SUM kernel (the cost model's gamma)");
   m.def(
+      "cost_model_defaults",
+      [] {
+        const mccl::CostModel m;
+        py::dict d;
+        d["alpha_us"] = m.alphaUs;
+        d["overhead_us"] = m.overheadUs;
+        d["beta_ns_per_byte"] = m.betaNsPerByte;
+        d["gamma_ns_per_byte"] = m.gammaNsPerByte;
+        return d;
+      },
+      "The cost model's built-in values (used when no tune file or MCCL_* override is set)");
+  m.def(
+      "tune_file_path", [] { return mccl::CostModel::tunePath(); },
+      "The tune file MCCL reads and mccl-bench --tune writes: MCCL_TUNE_FILE, else "
+      "~/.cache/mccl/tune.conf");
+  m.def(
       "cost_model",
       [](py::object pg) {
         py::dict d;
@@ -151,12 +168,7 @@ PYBIND11_MODULE(_C, m) {
         for (int k = 0; k < mccl::kNumOpKinds; ++k) {
           auto kind = static_cast<mccl::OpKind>(k);
           if (op != mccl::opKindName(kind)) continue;
-          for (int a = 0; a < 8; ++a) {
-            auto al = static_cast<mccl::Algo>(a);
-            if (algo == mccl::algoName(al)) {
-              return mccl::algo::predictSeconds(cm, kind, al, bytes, n, chunkBytes);
-            }
-          }
+          if (const auto* a = mccl::algo::find(kind, algo)) return a->cost(cm, bytes, n, chunkBytes);
         }
         throw py::value_error("unknown collective or algorithm: " + op + ", " + algo);
       },

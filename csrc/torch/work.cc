@@ -19,7 +19,9 @@ using PreMulSupplement = c10d::PreMulSumSupplement;
 using PreMulSupplement = c10d::NCCLPreMulSumSupplement;
 #endif
 
-c10::SourceLocation here(const char* fn) { return {fn, __FILE__, static_cast<uint32_t>(__LINE__)}; }
+// The source location of the line that raises (c10 errors carry one).
+#define MCCL_HERE() \
+  c10::SourceLocation { __func__, __FILE__, static_cast<uint32_t>(__LINE__) }
 
 }  // namespace
 
@@ -99,13 +101,8 @@ CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const std::
     return r;
   }
   size_t per;
-  DataType dt = coreDtype(type, who, &per);
-  TORCH_CHECK_TYPE(reduceSupported(dt, r.op), who, ": reduce op ", reduceOpName(r.op),
-                   " is not supported for ", dtypeLabel(type), " tensors",
-                   isFloating(dt) && (r.op == ReduceOp::kBAnd || r.op == ReduceOp::kBOr ||
-                                      r.op == ReduceOp::kBXor)
-                       ? " (bitwise ops need integer or bool tensors)"
-                       : "");
+  std::string why = reduceRefusal(coreDtype(type, who, &per), r.op);
+  TORCH_CHECK_TYPE(why.empty(), who, ": ", why);
   return r;
 }
 
@@ -373,7 +370,7 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() > 0) {
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
       throw c10::DistBackendError(
-          here(__func__), strCat(description_, ": not complete after Work.wait(timeout=",
+          MCCL_HERE(), strCat(description_, ": not complete after Work.wait(timeout=",
                                  timeout.count(), " ms); the operation continues"));
     }
   } else {
@@ -393,16 +390,16 @@ std::exception_ptr toTorchError(const std::exception_ptr& e) {
   } catch (const c10::Error&) {
     return e;
   } catch (const std::exception& x) {
-    return std::make_exception_ptr(c10::DistBackendError(here(__func__), x.what()));
+    return std::make_exception_ptr(c10::DistBackendError(MCCL_HERE(), x.what()));
   }
 }
 
 void rethrowAsTorch(const std::exception& e) {
   if (auto* m = dynamic_cast<const Error*>(&e)) {
-    if (m->kind() == ErrorKind::kUsage) throw c10::ValueError(here(__func__), m->what());
-    throw c10::DistBackendError(here(__func__), m->what());
+    if (m->kind() == ErrorKind::kUsage) throw c10::ValueError(MCCL_HERE(), m->what());
+    throw c10::DistBackendError(MCCL_HERE(), m->what());
   }
-  throw c10::DistBackendError(here(__func__), e.what());
+  throw c10::DistBackendError(MCCL_HERE(), e.what());
 }
 
 }  // namespace mccl::torch_adapter

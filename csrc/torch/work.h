@@ -1,7 +1,7 @@
 // WorkMCCL and the tensor plumbing of the torch adapter.
 //
-// Threads: WorkMCCL is completed on an MCCL thread (an op worker, or a
-// connection thread for send/recv). Completion first copies staged outputs
+// Threads: WorkMCCL is completed on an MCCL thread (see comm/work.h: a
+// connection thread, the engine or the watchdog thread). Completion first copies staged outputs
 // back into the caller's tensors, then marks the Work and its Future; so
 // whoever waits (Work::wait, DDP's future->wait(), a then() callback) sees
 // final values. Future callbacks therefore run on MCCL threads.

@@ -58,10 +58,11 @@ END = "<!-- END GENERATED {name} -->"
 
 
 def params_table() -> str:
-    rows = ["| Setting | Type | Default | What it does |", "|---|---|---|---|"]
+    rows = ["| Setting | Type | Default | Range | What it does |", "|---|---|---|---|---|"]
     for p in _C.params():
         default = f"`{p['default']}`" if p["default"] != "" else "(unset)"
-        rows.append(f"| `{p['name']}` | {p['type'].lower()} | {default} | {p['doc']} |")
+        rng = p["range"] or "—"
+        rows.append(f"| `{p['name']}` | {p['type'].lower()} | {default} | {rng} | {p['doc']} |")
     return "\n".join(rows)
 
 

@@ -72,27 +72,10 @@ def _doctor(a, argv) -> int:
 
     if doctor.env_has_rank():
         return doctor.main_rank(a)
-    from .launch import LaunchError, run
+    from .launch import run_tool
 
-    env = {"OMP_NUM_THREADS": "1"}
-    placement = {}
-    nproc = a.nproc
-    if a.netlab:
-        from .netlab import Lab, LabError
-        try:
-            lab = Lab.load(a.netlab)
-            nproc = nproc or len(lab.hosts)
-            placement = lab.launch_options(nproc)
-        except LabError as e:
-            print(f"mccl doctor: {e}", file=sys.stderr)
-            return 1
-    try:
-        run([sys.executable, "-m", "mccl.cli", *argv], nproc or 2, timeout=a.timeout, stream_rank=0,
-            env=env, **placement)
-    except LaunchError as e:
-        print(e, file=sys.stderr)
-        return 1
-    return 0
+    return run_tool("mccl.cli", argv, a.nproc, timeout=a.timeout, tool="mccl doctor",
+                    netlab=a.netlab)
 
 
 def _plan(a) -> int:

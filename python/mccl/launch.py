@@ -155,6 +155,35 @@ def run(
             log.close()
 
 
+def run_tool(module: str, argv: list[str], nproc: int | None, *, timeout: float, tool: str,
+             netlab: str | None = None, on_lab=None) -> int:
+    """Runs ``python -m module argv`` as `nproc` ranks with rank 0's output
+    streamed, each rank on host r of network lab `netlab` when given (then
+    `nproc` defaults to the lab's hosts). ``on_lab(lab, env)`` may add to the
+    ranks' environment. Errors are printed prefixed by `tool`; returns the
+    exit status (0, 1 when a rank failed, 2 for a lab that cannot be used)."""
+    env = {"OMP_NUM_THREADS": "1"}
+    placement = {}
+    if netlab:
+        from .netlab import Lab, LabError
+        try:
+            lab = Lab.load(netlab)
+            nproc = nproc or len(lab.hosts)
+            placement = lab.launch_options(nproc)
+        except LabError as e:
+            print(f"{tool}: {e}", file=sys.stderr)
+            return 2
+        if on_lab is not None:
+            on_lab(lab, env)
+    try:
+        run([sys.executable, "-m", module, *argv], nproc or 2, timeout=timeout, stream_rank=0,
+            env=env, **placement)
+    except LaunchError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
 def _report(reason: str, res: list[RankResult]) -> str:
     lines = [f"mccl.launch: {reason}"]
     for r in res:

@@ -32,6 +32,12 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from . import _C
+
+# The network defaults are the cost model's built-in values (one source:
+# csrc/core/comm/cost_model.h); a tune file or --alpha-us & co. replace them.
+_NET = _C.cost_model_defaults()
+
 
 @dataclass
 class Inputs:
@@ -39,9 +45,9 @@ class Inputs:
     batch: int                   # samples per machine per step
     compute_s: float             # step time on one machine, no communication
     hidden: float                # share of the all-reduce hidden behind backward (0..1)
-    alpha_us: float = 50.0       # per-message latency
-    overhead_us: float = 10.0    # per-message CPU work
-    beta_ns_per_byte: float = 0.85  # 10 GbE at 94 % TCP goodput: 1 / 1.175 GB/s
+    alpha_us: float = _NET["alpha_us"]          # per-message latency
+    overhead_us: float = _NET["overhead_us"]    # per-message CPU work
+    beta_ns_per_byte: float = _NET["beta_ns_per_byte"]  # per byte on a link (10 GbE ~ 0.8)
     local_tflops: float | None = None
     ref_tflops: float | None = None
     ref_name: str = "A100"
@@ -215,8 +221,9 @@ def inputs_from_files(scaling: str | None, tune: str | None, matmul: str | None,
                 if "=" in line:
                     k, v = line.split("=", 1)
                     vals[k.strip()] = float(v)
-        out.update(alpha_us=vals.get("alpha_us", 50.0), overhead_us=vals.get("overhead_us", 10.0),
-                   beta_ns_per_byte=vals.get("beta_ns_per_byte", 0.85))
+        out.update(alpha_us=vals.get("alpha_us", _NET["alpha_us"]),
+                   overhead_us=vals.get("overhead_us", _NET["overhead_us"]),
+                   beta_ns_per_byte=vals.get("beta_ns_per_byte", _NET["beta_ns_per_byte"]))
         out["sources"]["network"] = tune
     for path, key in ((matmul, "local_tflops"), (matmul_ref, "ref_tflops")):
         if path:

@@ -1,14 +1,20 @@
-// Entry points: validate on the caller's thread, pick the algorithm, enqueue.
+// Entry points: validate on the caller's thread, pick the algorithm from the
+// table (registry.h), enqueue its entry point.
 #include "algo/collectives.h"
 
 #include <cmath>
 #include <limits>
 
-#include "algo/common.h"
+#include "algo/registry.h"
 #include "algo/select.h"
+#include "comm/op_context.h"
 
 namespace mccl {
 namespace {
+
+using algo::Algorithm;
+using algo::chooseAlgorithm;
+using algo::EntryOf;
 
 template <typename... Args>
 [[noreturn]] void usage(const Communicator& comm, const char* op, Args&&... args) {
@@ -27,21 +33,9 @@ size_t bytesOf(const Communicator& comm, const char* op, size_t count, DataType 
 void checkReduce(const Communicator& comm, const char* op, DataType dtype, ReduceOp rop,
                  double factor) {
   if (!isValidReduceOp(static_cast<uint8_t>(rop))) usage(comm, op, "invalid reduce op");
-  if (!reduceSupported(dtype, rop)) {
-    usage(comm, op, "reduce op ", reduceOpName(rop), " is not supported for dtype ",
-          dtypeName(dtype),
-          isFloating(dtype) ? " (bitwise ops need integer or bool tensors)"
-                            : (rop == ReduceOp::kPreMulSum ? " (PREMUL_SUM needs a floating dtype)"
-                                                           : ""));
-  }
+  if (std::string why = reduceRefusal(dtype, rop); !why.empty()) usage(comm, op, why);
   if (rop == ReduceOp::kPreMulSum && !std::isfinite(factor)) {
     usage(comm, op, "PREMUL_SUM factor ", factor, " is not finite");
-  }
-}
-
-void checkRoot(const Communicator& comm, const char* op, int root) {
-  if (root < 0 || root >= comm.size()) {
-    usage(comm, op, "root rank ", root, " is outside the group of ", comm.size(), " ranks");
   }
 }
 
@@ -64,32 +58,41 @@ void checkBuf(const Communicator& comm, const char* op, const void* p, size_t by
 // Whether an op of `bytes` may start on the calling thread (see submit()).
 bool small(const Communicator& comm, size_t bytes) { return bytes <= comm.config().smallBytes; }
 
-OpSignature signature(OpKind op, DataType dtype, ReduceOp rop, int root, uint64_t count,
-                      Algo algo) {
+OpSignature signature(OpKind op, DataType dtype, ReduceOp rop, int root, uint64_t count) {
   OpSignature s;
   s.op = op;
   s.dtype = dtype;
   s.redop = rop;
   s.root = root;
   s.count = count;
-  s.algo = algo;
   return s;
 }
 
+// Chooses the algorithm for `sig` moving `bytes` (see predictSeconds) and
+// submits its entry point with the options `o` (the entry's options type).
+template <typename O, typename Entry = EntryOf<O>>
+std::shared_ptr<Work> run(Communicator& comm, OpSignature sig, size_t bytes, const O& o) {
+  const Algorithm& a = chooseAlgorithm(comm.config(), comm.model(), sig.op, bytes);
+  sig.algo = a.id;
+  Entry entry = std::get<Entry>(a.entry);
+  return comm.submit(sig, o.timeout, [o, entry](OpContext& ctx) { return entry(ctx, o); },
+                     sig.describe(), small(comm, bytes));
+}
+
 }  // namespace
+
+void checkRoot(const Communicator& comm, const char* op, int64_t root) {
+  if (root < 0 || root >= comm.size()) {
+    usage(comm, op, "root rank ", root, " is outside the group of ", comm.size(), " ranks");
+  }
+}
 
 std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   const char* op = "allreduce";
   size_t bytes = bytesOf(comm, op, o.count, o.dtype);
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkBuf(comm, op, o.buf, bytes);
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kAllreduce, bytes);
-  auto sig = signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count, a);
-  auto body = a == Algo::kRing     ? &algo::allreduceRing
-              : a == Algo::kDirect ? &algo::allreduceDirect
-                                   : &algo::allreduceRecursiveDoubling;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
-                     sig.describe(), small(comm, bytes));
+  return run(comm, signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count), bytes, o);
 }
 
 std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {
@@ -97,11 +100,7 @@ std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {
   size_t bytes = bytesOf(comm, op, o.count, o.dtype);
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.buf, bytes);
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kBroadcast, bytes);
-  auto sig = signature(OpKind::kBroadcast, o.dtype, ReduceOp::kSum, o.root, o.count, a);
-  auto body = a == Algo::kChain ? &algo::broadcastChain : &algo::broadcastBinomial;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
-                     sig.describe(), small(comm, bytes));
+  return run(comm, signature(OpKind::kBroadcast, o.dtype, ReduceOp::kSum, o.root, o.count), bytes, o);
 }
 
 std::shared_ptr<Work> reduce(Communicator& comm, const ReduceOptions& o) {
@@ -110,11 +109,7 @@ std::shared_ptr<Work> reduce(Communicator& comm, const ReduceOptions& o) {
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.buf, bytes);
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kReduce, bytes);
-  auto sig = signature(OpKind::kReduce, o.dtype, o.op, o.root, o.count, a);
-  auto body = a == Algo::kChain ? &algo::reduceChain : &algo::reduceBinomial;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
-                     sig.describe(), small(comm, bytes));
+  return run(comm, signature(OpKind::kReduce, o.dtype, o.op, o.root, o.count), bytes, o);
 }
 
 std::shared_ptr<Work> allgather(Communicator& comm, const AllgatherOptions& o) {
@@ -122,11 +117,7 @@ std::shared_ptr<Work> allgather(Communicator& comm, const AllgatherOptions& o) {
   size_t bytes = bytesOf(comm, op, o.count, o.dtype);
   checkList(comm, op, "output list", o.out, bytes);
   checkBuf(comm, op, o.in, bytes);
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kAllgather, bytes);
-  auto sig = signature(OpKind::kAllgather, o.dtype, ReduceOp::kSum, -1, o.count, a);
-  auto body = a == Algo::kRing ? &algo::allgatherRing : &algo::allgatherDirect;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
-                     sig.describe(), small(comm, bytes));
+  return run(comm, signature(OpKind::kAllgather, o.dtype, ReduceOp::kSum, -1, o.count), bytes, o);
 }
 
 std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
@@ -135,11 +126,7 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkList(comm, op, "input list", o.in, bytes);
   checkBuf(comm, op, o.out, bytes);
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kReduceScatter, bytes);
-  auto sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count, a);
-  auto body = a == Algo::kRing ? &algo::reduceScatterRing : &algo::reduceScatterDirect;
-  return comm.submit(sig, o.timeout, [o, body](OpContext& ctx) { return body(ctx, o); },
-                     sig.describe(), small(comm, bytes));
+  return run(comm, signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count), bytes, o);
 }
 
 std::shared_ptr<Work> gather(Communicator& comm, const GatherOptions& o) {
@@ -148,10 +135,7 @@ std::shared_ptr<Work> gather(Communicator& comm, const GatherOptions& o) {
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.in, bytes);
   if (comm.rank() == o.root) checkList(comm, op, "output list", o.out, bytes);
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kGather, bytes);
-  auto sig = signature(OpKind::kGather, o.dtype, ReduceOp::kSum, o.root, o.count, a);
-  return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::gatherDirect(ctx, o); },
-                     sig.describe(), small(comm, bytes));
+  return run(comm, signature(OpKind::kGather, o.dtype, ReduceOp::kSum, o.root, o.count), bytes, o);
 }
 
 std::shared_ptr<Work> scatter(Communicator& comm, const ScatterOptions& o) {
@@ -160,10 +144,7 @@ std::shared_ptr<Work> scatter(Communicator& comm, const ScatterOptions& o) {
   checkRoot(comm, op, o.root);
   checkBuf(comm, op, o.out, bytes);
   if (comm.rank() == o.root) checkList(comm, op, "input list", o.in, bytes);
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kScatter, bytes);
-  auto sig = signature(OpKind::kScatter, o.dtype, ReduceOp::kSum, o.root, o.count, a);
-  return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::scatterDirect(ctx, o); },
-                     sig.describe(), small(comm, bytes));
+  return run(comm, signature(OpKind::kScatter, o.dtype, ReduceOp::kSum, o.root, o.count), bytes, o);
 }
 
 std::shared_ptr<Work> alltoall(Communicator& comm, const AlltoallOptions& o) {
@@ -184,16 +165,16 @@ std::shared_ptr<Work> alltoall(Communicator& comm, const AlltoallOptions& o) {
     usage(comm, op, "this rank sends ", o.inCounts[self], " elements to itself but expects ",
           o.outCounts[self]);
   }
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kAlltoall, total * dtypeSize(o.dtype));
-  auto sig = signature(OpKind::kAlltoall, o.dtype, ReduceOp::kSum, -1, 0, a);
-  return comm.submit(sig, o.timeout, [o](OpContext& ctx) { return algo::alltoallPairwise(ctx, o); },
-                     sig.describe(), small(comm, total * dtypeSize(o.dtype)));
+  return run(comm, signature(OpKind::kAlltoall, o.dtype, ReduceOp::kSum, -1, 0),
+             total * dtypeSize(o.dtype), o);
 }
 
 std::shared_ptr<Work> barrier(Communicator& comm, Timeout timeout) {
-  Algo a = algo::choose(comm.config(), comm.model(), OpKind::kBarrier, 0);
-  auto sig = signature(OpKind::kBarrier, DataType::kUInt8, ReduceOp::kSum, -1, 0, a);
-  return comm.submit(sig, timeout, [](OpContext& ctx) { return algo::barrierDissemination(ctx); },
+  const Algorithm& a = chooseAlgorithm(comm.config(), comm.model(), OpKind::kBarrier, 0);
+  auto sig = signature(OpKind::kBarrier, DataType::kUInt8, ReduceOp::kSum, -1, 0);
+  sig.algo = a.id;
+  auto entry = std::get<algo::BarrierEntry>(a.entry);
+  return comm.submit(sig, timeout, [entry](OpContext& ctx) { return entry(ctx); },
                      sig.describe(), /*small=*/true);
 }
 

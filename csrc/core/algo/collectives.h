@@ -28,6 +28,11 @@ namespace mccl {
 
 using Timeout = std::chrono::milliseconds;
 
+// The root check of every rooted collective, exported so an adapter can
+// validate a whole call (all of a coalesced batch) before it submits any
+// part of it. Throws a usage error naming this rank and `op`.
+void checkRoot(const Communicator& comm, const char* op, int64_t root);
+
 // In place: `buf` holds this rank's input and receives the result.
 struct AllreduceOptions {
   void* buf = nullptr;

@@ -1,5 +1,5 @@
 // Helpers shared by the algorithm files: block partitions, pipeline chunks,
-// ring neighbours, and the algorithm entry points (one file each).
+// ring neighbours. (Entry points are declared with the table, registry.cc.)
 #pragma once
 
 #include <cstddef>
@@ -41,23 +41,5 @@ uint32_t slotId(uint64_t value);
 
 // Scales `count` elements of `src` into `dst` for PREMUL_SUM (dst may be src).
 void premul(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op, double factor);
-
-// Entry points, one per algorithm file: coroutines (comm/task.h) that take
-// their options by value, since they outlive the call that starts them.
-Task allreduceRing(OpContext& ctx, AllreduceOptions o);
-Task allreduceDirect(OpContext& ctx, AllreduceOptions o);
-Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o);
-Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
-Task broadcastChain(OpContext& ctx, BroadcastOptions o);
-Task reduceBinomial(OpContext& ctx, ReduceOptions o);
-Task reduceChain(OpContext& ctx, ReduceOptions o);
-Task allgatherRing(OpContext& ctx, AllgatherOptions o);
-Task allgatherDirect(OpContext& ctx, AllgatherOptions o);
-Task reduceScatterRing(OpContext& ctx, ReduceScatterOptions o);
-Task reduceScatterDirect(OpContext& ctx, ReduceScatterOptions o);
-Task gatherDirect(OpContext& ctx, GatherOptions o);
-Task scatterDirect(OpContext& ctx, ScatterOptions o);
-Task alltoallPairwise(OpContext& ctx, AlltoallOptions o);
-Task barrierDissemination(OpContext& ctx);
 
 }  // namespace mccl::algo

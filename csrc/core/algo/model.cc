@@ -39,6 +39,13 @@ double binomialSeconds(const CostModel& m, OpKind op, double bytes, int n) {
   return t;
 }
 
+// k messages to or from different peers at once (direct algorithms).
+double fan(const CostModel& m, double k, double xs, double reduce) {
+  const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
+  const double b = m.betaNsPerByte * 1e-9, g = m.gammaNsPerByte * 1e-9;
+  return a + std::max(2 * k * o, k * xs * b) + reduce * k * xs * g;
+}
+
 }  // namespace
 
 size_t chainChunks(const CostModel& m, OpKind op, size_t count, size_t elemSize, int n,
@@ -60,47 +67,63 @@ size_t chainChunks(const CostModel& m, OpKind op, size_t count, size_t elemSize,
   return best;
 }
 
-double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, int n,
-                      size_t chunkBytes) {
+double allreduceRingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   if (n <= 1) return 0.0;
-  const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
-  const double b = m.betaNsPerByte * 1e-9, g = m.gammaNsPerByte * 1e-9;
-  auto step = [&](double xs, double reduce) { return stepSeconds(m, xs, reduce); };
-  // k messages to or from different peers at once (direct algorithms).
-  auto fan = [&](double k, double xs, double reduce) {
-    return a + std::max(2 * k * o, k * xs * b) + reduce * k * xs * g;
-  };
   const double x = static_cast<double>(bytes), nn = n;
-  const double logn = std::ceil(std::log2(nn));
+  return (nn - 1) * (stepSeconds(m, x / nn, 1) + stepSeconds(m, x / nn, 0));
+}
+
+double allreduceDirectSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return n <= 1 ? 0.0 : fan(m, n - 1, static_cast<double>(bytes), 1);
+}
+
+double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  if (n <= 1) return 0.0;
   int p = 1;
   while (p * 2 <= n) p *= 2;
+  // Non-powers of two fold the extra ranks in and out: two more rounds.
   const double rounds = std::log2(static_cast<double>(p)) + (p == n ? 0 : 2);
-  switch (op) {
-    case OpKind::kAllreduce:
-      if (algo == Algo::kRing) return (nn - 1) * (step(x / nn, 1) + step(x / nn, 0));
-      if (algo == Algo::kDirect) return fan(nn - 1, x, 1);
-      return rounds * step(x, 1);  // recursive doubling
-    case OpKind::kBroadcast:
-      if (algo == Algo::kChain) return chainSeconds(m, op, x, n, chainChunks(m, op, bytes, 1, n, chunkBytes));
-      return binomialSeconds(m, op, x, n);
-    case OpKind::kReduce:
-      if (algo == Algo::kChain) return chainSeconds(m, op, x, n, chainChunks(m, op, bytes, 1, n, chunkBytes));
-      return binomialSeconds(m, op, x, n);
-    case OpKind::kAllgather:
-      if (algo == Algo::kRing) return (nn - 1) * step(x, 0);
-      return fan(nn - 1, x, 0);  // direct
-    case OpKind::kReduceScatter:
-      if (algo == Algo::kRing) return (nn - 1) * step(x, 1);
-      return fan(nn - 1, x, 1);
-    case OpKind::kGather:
-    case OpKind::kScatter:
-    case OpKind::kAlltoall:
-      return fan(nn - 1, x, 0);
-    case OpKind::kBarrier:
-      return logn * step(0, 0);
-    default:
-      return 0.0;
-  }
+  return rounds * stepSeconds(m, static_cast<double>(bytes), 1);
+}
+
+double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes) {
+  if (n <= 1) return 0.0;
+  return chainSeconds(m, OpKind::kBroadcast, static_cast<double>(bytes), n,
+                      chainChunks(m, OpKind::kBroadcast, bytes, 1, n, chunkBytes));
+}
+
+double broadcastBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return n <= 1 ? 0.0 : binomialSeconds(m, OpKind::kBroadcast, static_cast<double>(bytes), n);
+}
+
+double reduceChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes) {
+  if (n <= 1) return 0.0;
+  return chainSeconds(m, OpKind::kReduce, static_cast<double>(bytes), n,
+                      chainChunks(m, OpKind::kReduce, bytes, 1, n, chunkBytes));
+}
+
+double reduceBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return n <= 1 ? 0.0 : binomialSeconds(m, OpKind::kReduce, static_cast<double>(bytes), n);
+}
+
+double allgatherRingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return n <= 1 ? 0.0 : (n - 1) * stepSeconds(m, static_cast<double>(bytes), 0);
+}
+
+double reduceScatterRingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return n <= 1 ? 0.0 : (n - 1) * stepSeconds(m, static_cast<double>(bytes), 1);
+}
+
+double exchangeSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return n <= 1 ? 0.0 : fan(m, n - 1, static_cast<double>(bytes), 0);
+}
+
+double reduceExchangeSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return n <= 1 ? 0.0 : fan(m, n - 1, static_cast<double>(bytes), 1);
+}
+
+double disseminationSeconds(const CostModel& m, size_t, int n, size_t) {
+  return n <= 1 ? 0.0 : std::ceil(std::log2(static_cast<double>(n))) * stepSeconds(m, 0, 0);
 }
 
 }  // namespace mccl::algo

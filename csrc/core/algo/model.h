@@ -11,11 +11,28 @@
 
 namespace mccl::algo {
 
-// Seconds for `algo` running `op` over `n` ranks. `bytes` is the buffer of
+// Seconds for `algo` running `op` over `n` ranks: the cost function of its
+// row in the algorithm table (registry.h). `bytes` is the buffer of
 // allreduce, broadcast and reduce, and the per-rank block of allgather and
 // reduce_scatter. `chunkBytes` is the pipeline chunk of chain algorithms.
 double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, int n,
                       size_t chunkBytes);
+
+// The cost functions the algorithm table refers to (zero on one rank).
+double allreduceRingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double allreduceDirectSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double broadcastBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double reduceChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double reduceBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double allgatherRingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double reduceScatterRingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+// n-1 messages to or from different peers at once (direct exchanges), with
+// and without reducing what arrives.
+double exchangeSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double reduceExchangeSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double disseminationSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 
 // Chunks for a chain broadcast or reduce of `count` elements of `elemSize`
 // bytes: the count the model finds fastest among ceil(bytes / chunkBytes)

@@ -1,42 +1,13 @@
 #include "algo/select.h"
 
-#include <vector>
-
-#include "algo/model.h"
+#include "algo/registry.h"
 #include "util/check.h"
 
 namespace mccl::algo {
 namespace {
 
-struct Candidate {
-  OpKind op;
-  std::vector<Algo> all;  // the first wins ties
-};
-
-const std::vector<Candidate>& table() {
-  static const std::vector<Candidate> t = {
-      {OpKind::kAllreduce, {Algo::kRing, Algo::kRecursiveDoubling, Algo::kDirect}},
-      {OpKind::kBroadcast, {Algo::kBinomial, Algo::kChain}},
-      {OpKind::kReduce, {Algo::kBinomial, Algo::kChain}},
-      {OpKind::kAllgather, {Algo::kRing, Algo::kDirect}},
-      {OpKind::kReduceScatter, {Algo::kRing, Algo::kDirect}},
-      {OpKind::kGather, {Algo::kDirect}},
-      {OpKind::kScatter, {Algo::kDirect}},
-      {OpKind::kAlltoall, {Algo::kPairwise}},
-      {OpKind::kBarrier, {Algo::kDissemination}},
-  };
-  return t;
-}
-
-const Candidate& entry(OpKind op) {
-  for (const auto& c : table()) {
-    if (c.op == op) return c;
-  }
-  throwError(ErrorKind::kInternal, "no algorithms for ", opKindName(op));
-}
-
-// The algorithm MCCL_ALGO forces for `op`, or kNone.
-Algo forced(const std::string& spec, OpKind op) {
+// The algorithm MCCL_ALGO forces for `op`, or null.
+const Algorithm* forced(const std::string& spec, OpKind op) {
   size_t start = 0;
   while (start < spec.size()) {
     size_t end = spec.find(',', start);
@@ -48,44 +19,38 @@ Algo forced(const std::string& spec, OpKind op) {
     MCCL_USAGE_CHECK(eq != std::string::npos, "MCCL_ALGO entry '", item,
                      "' is not collective=algorithm");
     std::string coll = item.substr(0, eq), name = item.substr(eq + 1);
-    bool known = false;
-    for (const auto& c : table()) known = known || coll == opKindName(c.op);
-    MCCL_USAGE_CHECK(known, "MCCL_ALGO names unknown collective '", coll, "'");
+    MCCL_USAGE_CHECK(isCollective(coll), "MCCL_ALGO names unknown collective '", coll, "'");
     if (coll != opKindName(op)) continue;
-    for (Algo a : entry(op).all) {
-      if (name == algoName(a)) return a;
-    }
+    if (const Algorithm* a = find(op, name)) return a;
     throwError(ErrorKind::kUsage, "MCCL_ALGO: '", name, "' is not an algorithm for ", coll,
                " (choose from ", algorithmsFor(op), ")");
   }
-  return Algo::kNone;
+  return nullptr;
 }
 
 }  // namespace
 
-std::string algorithmsFor(OpKind op) {
-  std::string s;
-  for (Algo a : entry(op).all) s += strCat(s.empty() ? "" : ", ", algoName(a));
-  return s;
-}
-
-Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes) {
-  Algo f = forced(cfg.algo, op);
-  if (f != Algo::kNone) return f;
-  const Candidate& c = entry(op);
-  Algo best = Algo::kNone;
+const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, OpKind op,
+                                 size_t bytes) {
+  if (const Algorithm* f = forced(cfg.algo, op)) return *f;
+  size_t candidates = 0;
+  for (const auto& a : algorithms()) candidates += a.op == op ? 1 : 0;
+  const Algorithm* best = nullptr;
   double bestCost = 0;
-  for (Algo a : c.all) {
-    // Direct exchanges need scratch for every peer's data and converge many
-    // flows on each receiver: they are for small collectives only.
-    if (a == Algo::kDirect && c.all.size() > 1 && bytes > cfg.smallBytes) continue;
-    double cost = predictSeconds(model, op, a, bytes, cfg.size, cfg.chunkBytes);
-    if (best == Algo::kNone || cost < bestCost) {
-      best = a;
+  for (const auto& a : algorithms()) {
+    if (a.op != op || (a.smallOnly && candidates > 1 && bytes > cfg.smallBytes)) continue;
+    double cost = a.cost(model, bytes, cfg.size, cfg.chunkBytes);
+    if (best == nullptr || cost < bestCost) {
+      best = &a;
       bestCost = cost;
     }
   }
-  return best;
+  if (best == nullptr) throwError(ErrorKind::kInternal, "no algorithms for ", opKindName(op));
+  return *best;
+}
+
+Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes) {
+  return chooseAlgorithm(cfg, model, op, bytes).id;
 }
 
 }  // namespace mccl::algo

@@ -1,8 +1,7 @@
 // Algorithm choice per collective: MCCL_ALGO when it names one, else the
-// algorithm the cost model (algo/model.h) predicts to be fastest. Direct
-// exchanges (every rank to every rank) are candidates only up to
-// MCCL_SMALL_BYTES: they need scratch for every peer and converge n-1 flows
-// on each receiver, which the model does not price.
+// algorithm the cost model (algo/model.h) predicts to be fastest among the
+// collective's rows of the algorithm table (algo/registry.h). Rows marked
+// smallOnly (direct exchanges) are candidates only up to MCCL_SMALL_BYTES.
 //
 // MCCL_ALGO syntax: comma-separated collective=algorithm pairs, e.g.
 // "allreduce=ring,broadcast=binomial". Every rank must choose alike: the
@@ -19,12 +18,14 @@
 
 namespace mccl::algo {
 
-// Returns the algorithm for `op` moving `bytes` (see predictSeconds) among
-// cfg.size ranks. Throws a usage error for an unknown or inapplicable
-// MCCL_ALGO entry.
-Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes);
+struct Algorithm;
 
-// The algorithms MCCL implements for `op` (for docs and error messages).
-std::string algorithmsFor(OpKind op);
+// The algorithm (a row of registry.h's table) for `op` moving `bytes` (see
+// predictSeconds) among cfg.size ranks. Throws a usage error for an unknown
+// or inapplicable MCCL_ALGO entry.
+const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, OpKind op,
+                                 size_t bytes);
+// Its id.
+Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes);
 
 }  // namespace mccl::algo

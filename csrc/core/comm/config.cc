@@ -31,22 +31,25 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
 }
 
 void CommConfig::validate() const {
+  namespace spec = params::spec;
   MCCL_USAGE_CHECK(size >= 1, "world size must be at least 1, got ", size);
   MCCL_USAGE_CHECK(rank >= 0 && rank < size, "rank ", rank, " is outside [0, ", size, ")");
-  MCCL_USAGE_CHECK(nsocksPerPeer >= 1 && nsocksPerPeer <= 64,
-                   "MCCL_NSOCKS_PER_PEER must be in [1, 64], got ", nsocksPerPeer);
-  MCCL_USAGE_CHECK(socketBuffer >= 0, "MCCL_SOCKET_BUFFER must be >= 0, got ", socketBuffer);
-  MCCL_USAGE_CHECK(chunkBytes >= 4096 && chunkBytes <= (size_t{1} << 30),
-                   "MCCL_CHUNK_BYTES must be in [4K, 1G], got ", chunkBytes);
+  params::checkRange(spec::nsocksPerPeer, nsocksPerPeer);
+  params::checkRange(spec::socketBuffer, socketBuffer);
+  params::checkRange(spec::chunkBytes, chunkBytes);
+  params::checkRange(spec::frameBytes, frameBytes);
+  params::checkRange(spec::inlineBytes, inlineBytes);
+  params::checkRange(spec::localReadBytes, localReadBytes);
+  params::checkRange(spec::unexpectedBytes, unexpectedBytes);
+  params::checkRange(spec::p2pEagerBytes, p2pEagerBytes);
+  params::checkRange(spec::smallBytes, smallBytes);
+  params::checkRange(spec::inflightOps, inflightOps);
+  params::checkRange(spec::pieceBytes, pieceBytes);
+  params::checkRange(spec::handshakeTimeoutMs, handshakeTimeout.count());
   MCCL_USAGE_CHECK(pieceBytes == 0 || pieceBytes >= 1024,
                    "MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got ", pieceBytes);
-  MCCL_USAGE_CHECK(frameBytes >= 4096 && frameBytes <= (size_t{1} << 30),
-                   "MCCL_FRAME_BYTES must be in [4K, 1G], got ", frameBytes);
   MCCL_USAGE_CHECK(unexpectedBytes >= frameBytes, "MCCL_UNEXPECTED_BYTES (", unexpectedBytes,
                    ") must be at least MCCL_FRAME_BYTES (", frameBytes, ")");
-  MCCL_USAGE_CHECK(inflightOps >= 1 && inflightOps <= 64,
-                   "MCCL_INFLIGHT_OPS must be in [1, 64], got ", inflightOps);
-  MCCL_USAGE_CHECK(handshakeTimeout.count() > 0, "MCCL_HANDSHAKE_TIMEOUT_MS must be positive");
 }
 
 }  // namespace mccl

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/cost_model.h"
+#include "util/params.h"
 
 namespace mccl {
 
@@ -19,36 +20,38 @@ struct CommConfig {
   // Host of the rendezvous (master) address; picks the default interface.
   std::string routeHost;
 
-  // From the MCCL_* environment (util/params.def); see fromEnv().
-  std::string socketIfname;
-  std::string portRange;
-  int nsocksPerPeer = 1;
-  int socketBuffer = 0;
-  size_t chunkBytes = 1 << 20;
-  size_t frameBytes = 4 << 20;
-  size_t inlineBytes = 64 << 10;
-  bool checksum = false;  // CRC32C on every data frame (MCCL_CHECKSUM)
+  // From the MCCL_* environment; defaults and ranges are declared once, in
+  // util/params.def (params::spec). See fromEnv() and validate().
+  std::string socketIfname = params::spec::socketIfname.def;
+  std::string portRange = params::spec::portRange.def;
+  int nsocksPerPeer = static_cast<int>(params::spec::nsocksPerPeer.def);
+  int socketBuffer = static_cast<int>(params::spec::socketBuffer.def);
+  size_t chunkBytes = params::spec::chunkBytes.def;
+  size_t frameBytes = params::spec::frameBytes.def;
+  size_t inlineBytes = params::spec::inlineBytes.def;
+  bool checksum = params::spec::checksum.def != 0;  // CRC32C on every data frame
   // Frames of at least this size to a rank on this host are read from the
-  // sender's memory (MCCL_LOCAL_READ_BYTES; 0: always TCP).
-  size_t localReadBytes = 256 << 10;
-  size_t unexpectedBytes = 32 << 20;
-  size_t p2pEagerBytes = 1 << 20;
-  size_t smallBytes = 64 << 10;
-  std::string algo;
+  // sender's memory (0: always TCP).
+  size_t localReadBytes = params::spec::localReadBytes.def;
+  size_t unexpectedBytes = params::spec::unexpectedBytes.def;
+  size_t p2pEagerBytes = params::spec::p2pEagerBytes.def;
+  size_t smallBytes = params::spec::smallBytes.def;
+  std::string algo = params::spec::algo.def;
   // Chooses algorithms. Rank 0's is published to the group at bootstrap, so
   // on other ranks this is replaced by rank 0's.
   CostModel model;
-  int inflightOps = 2;
+  int inflightOps = static_cast<int>(params::spec::inflightOps.def);
   // all_reduce larger than twice this runs in pieces (0: never).
-  size_t pieceBytes = 4 << 20;
-  std::chrono::milliseconds handshakeTimeout{10000};
+  size_t pieceBytes = params::spec::pieceBytes.def;
+  std::chrono::milliseconds handshakeTimeout{params::spec::handshakeTimeoutMs.def};
   // Tests only: the listener waits this long after a handshake before the
   // connection joins the group (a listener descheduled at the wrong moment).
   std::chrono::milliseconds adoptDelayForTesting{0};
 
   // Reads the MCCL_* variables; throws a usage error naming a bad value.
   static CommConfig fromEnv(int rank, int size);
-  // Checks ranges; throws a usage error naming the setting.
+  // Checks every setting against its declared range (params.def) and the
+  // rules between settings; throws a usage error naming the setting.
   void validate() const;
 };
 

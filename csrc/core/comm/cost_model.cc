@@ -14,6 +14,11 @@ std::string CostModel::defaultPath() {
   return strCat(home != nullptr ? home : ".", "/.cache/mccl/tune.conf");
 }
 
+std::string CostModel::tunePath() {
+  std::string path = params::tuneFile();
+  return path.empty() ? defaultPath() : path;
+}
+
 CostModel CostModel::parse(const std::string& text, const std::string& source) {
   CostModel m;
   m.source = source;
@@ -60,9 +65,8 @@ std::string CostModel::serialize() const {
 }
 
 CostModel CostModel::load() {
-  std::string path = params::tuneFile();
-  const bool explicitPath = !path.empty();
-  if (!explicitPath) path = defaultPath();
+  const bool explicitPath = !params::tuneFile().empty();
+  const std::string path = tunePath();
   CostModel m;
   std::ifstream f(path);
   if (f) {

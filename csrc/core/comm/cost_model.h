@@ -2,7 +2,7 @@
 // CPU overhead), measured by `mccl-bench --tune` and cached in a file.
 //
 // Every rank must choose algorithms alike, so only rank 0's model counts: it
-// travels to the other ranks in the bootstrap record (comm/communicator.cc).
+// travels to the other ranks in the bootstrap record (comm/rendezvous.h).
 #pragma once
 
 #include <string>
@@ -35,7 +35,10 @@ struct CostModel {
   // bootstrap record); '#' starts a comment.
   static CostModel parse(const std::string& text, const std::string& source);
   std::string serialize() const;
+  // ~/.cache/mccl/tune.conf
   static std::string defaultPath();
+  // The tune file to read and write: MCCL_TUNE_FILE, else defaultPath().
+  static std::string tunePath();
 };
 
 }  // namespace mccl

@@ -14,7 +14,9 @@
 // error naming both sides instead of a hang or corrupted memory.
 //
 // Threads: incoming()/incomingDone() run on connection receive threads;
-// beginOp()/endOp() on op workers, in sequence order; post*() on any thread.
+// beginOp() under the engine's queue lock, in sequence order (engine.h), on
+// the engine thread or a caller's thread; endOp() on whichever thread
+// completes the op; post*() on any thread.
 // Transfers are finished outside the engine's lock.
 #pragma once
 
@@ -54,7 +56,7 @@ class Matching {
   // is in flight into its memory, so callers may free it when it completes.
   void incomingDone(const FrameHeader& h, void* dst, bool ok);
 
-  // Op workers, strictly in sequence order.
+  // beginOp strictly in sequence order (see the class comment).
   void beginOp(uint64_t seq, const OpSignature& sig);
   void endOp(uint64_t seq);
 

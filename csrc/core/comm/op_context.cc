@@ -5,7 +5,7 @@
 
 namespace mccl {
 
-OpContext::OpContext(Communicator& comm, uint64_t seq, const OpSignature& sig, Deadline deadline,
+OpContext::OpContext(OpHost& comm, uint64_t seq, const OpSignature& sig, Deadline deadline,
                      std::shared_ptr<Work> work)
     : comm_(comm),
       seq_(seq),
@@ -39,7 +39,7 @@ std::shared_ptr<RecvRequest> OpContext::irecv(int peer, uint32_t slot, void* dat
                                            data, bytes, sig_);
   req->op = this;
   outstanding_.fetch_add(1);
-  comm_.matching().post(req);
+  comm_.postRecv(req);
   return req;
 }
 

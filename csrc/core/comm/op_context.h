@@ -1,4 +1,5 @@
-// OpContext: one running collective, as its algorithm sees it.
+// OpContext: one running collective, as its algorithm sees it. It reaches
+// its group only through OpHost (comm/op_host.h).
 //
 // Algorithms are coroutines (comm/task.h). They post sends and receives of
 // whole messages, identified by slot numbers of their choosing, and
@@ -22,7 +23,8 @@
 #include <mutex>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/op_host.h"
+#include "comm/signature.h"
 #include "comm/task.h"
 #include "reduce/reduce.h"
 
@@ -30,7 +32,7 @@ namespace mccl {
 
 class OpContext {
  public:
-  OpContext(Communicator& comm, uint64_t seq, const OpSignature& sig, Deadline deadline,
+  OpContext(OpHost& comm, uint64_t seq, const OpSignature& sig, Deadline deadline,
             std::shared_ptr<Work> work);
   ~OpContext();
   OpContext(const OpContext&) = delete;
@@ -63,7 +65,7 @@ class OpContext {
   }
 
   // Scratch memory from the communicator's pool, returned when dropped.
-  Scratch scratch(size_t bytes) { return comm_.scratch().get(bytes); }
+  Scratch scratch(size_t bytes) { return comm_.scratch(bytes); }
 
   // ---- for the communicator --------------------------------------------------
   // Runs the algorithm until it first waits (engine thread).
@@ -90,7 +92,7 @@ class OpContext {
   void bodyDone(std::exception_ptr error);
   void maybeComplete();
 
-  Communicator& comm_;
+  OpHost& comm_;
   const uint64_t seq_;
   const OpSignature sig_;
   const Deadline deadline_;

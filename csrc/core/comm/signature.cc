@@ -1,23 +1,23 @@
 #include "comm/signature.h"
 
+#include <atomic>
 #include <vector>
 
 #include "util/error.h"
 
 namespace mccl {
 
-const char* algoName(Algo a) {
-  switch (a) {
-    case Algo::kNone: return "none";
-    case Algo::kRing: return "ring";
-    case Algo::kRecursiveDoubling: return "recursive_doubling";
-    case Algo::kDirect: return "direct";
-    case Algo::kBinomial: return "binomial";
-    case Algo::kChain: return "chain";
-    case Algo::kPairwise: return "pairwise";
-    case Algo::kDissemination: return "dissemination";
-  }
-  return "invalid-algorithm";
+namespace {
+std::atomic<const char* (*)(Algo)> gNamer{nullptr};
+}  // namespace
+
+void setAlgoNamer(const char* (*namer)(Algo)) { gNamer.store(namer); }
+
+std::string algoName(Algo a) {
+  if (a == Algo::kNone) return "none";
+  auto namer = gNamer.load();
+  const char* name = namer ? namer(a) : nullptr;
+  return name ? std::string(name) : strCat("algorithm #", static_cast<int>(a));
 }
 
 namespace {

@@ -11,7 +11,9 @@
 
 namespace mccl {
 
-// Algorithm ids (frame header `algo`); names in algoName(). Append only.
+// Algorithm ids (frame header `algo`): wire values, append only. Which
+// collective runs which algorithm, by what name, is the algo layer's table
+// (algo/registry.h); it installs the namer that algoName() asks.
 enum class Algo : uint8_t {
   kNone = 0,
   kRing = 1,
@@ -22,7 +24,10 @@ enum class Algo : uint8_t {
   kPairwise = 6,
   kDissemination = 7,
 };
-const char* algoName(Algo a);
+// "ring"; "none" for kNone; "algorithm #N" for an id no table names.
+std::string algoName(Algo a);
+// Installed once by the algorithm table; returns null for unknown ids.
+void setAlgoNamer(const char* (*namer)(Algo));
 
 struct OpSignature {
   OpKind op = OpKind::kNone;

@@ -1,8 +1,9 @@
 // Work: the handle a caller gets for an operation submitted to a
 // communicator (collective or point-to-point).
 //
-// Completion happens on an MCCL thread (an op worker, or a connection thread
-// for point-to-point). Callbacks registered with onComplete() run on that
+// Completion happens on an MCCL thread: the one that finished the op's last
+// transfer (usually a connection's receive or send thread), the engine
+// thread, or for point-to-point the connection or watchdog thread. Callbacks registered with onComplete() run on that
 // thread, once, after the result is final; they must be short and must not
 // wait for other MCCL operations. wait() may be called from any thread.
 #pragma once

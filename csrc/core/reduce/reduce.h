@@ -1,8 +1,9 @@
 // Element-wise reduction kernels, type-erased so templates stay out of
 // headers (as Gloo's allreduce.h does with its ReductionFunction).
 //
-// All functions are pure and thread-safe; they run on whatever thread calls
-// them (MCCL's op workers). fp16 and bf16 are computed in fp32 and rounded
+// All functions are pure and thread-safe; they run on whatever thread runs
+// the op's algorithm (the engine thread, a caller's thread for small ops, a
+// connection thread that resumed it) and on reduce helpers (parallel.h). fp16 and bf16 are computed in fp32 and rounded
 // once per combine.
 #pragma once
 

@@ -76,4 +76,18 @@ bool reduceSupported(DataType dtype, ReduceOp op) {
   return false;
 }
 
+std::string reduceRefusal(DataType dtype, ReduceOp op) {
+  if (reduceSupported(dtype, op)) return {};
+  std::string why = std::string("reduce op ") + reduceOpName(op) + " is not supported for dtype " +
+                    dtypeName(dtype);
+  if (op == ReduceOp::kBAnd || op == ReduceOp::kBOr || op == ReduceOp::kBXor) {
+    why += " (bitwise ops need integer or bool tensors)";
+  } else if (op == ReduceOp::kPreMulSum) {
+    why += " (PREMUL_SUM needs a floating dtype)";
+  } else if (op == ReduceOp::kAvg) {
+    why += " (AVG needs a number type)";
+  }
+  return why;
+}
+
 }  // namespace mccl

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace mccl {
 
@@ -47,5 +48,9 @@ bool isValidReduceOp(uint8_t raw);
 // PREMUL_SUM needs a floating type. The support matrix in
 // the README is checked against this function.
 bool reduceSupported(DataType dtype, ReduceOp op);
+// Why `op` cannot apply to `dtype` ("reduce op BAND is not supported for
+// dtype float32 (bitwise ops need integer or bool tensors)"); empty when it can.
+// The one wording of this refusal, for the core and the adapters.
+std::string reduceRefusal(DataType dtype, ReduceOp op);
 
 }  // namespace mccl

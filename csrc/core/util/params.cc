@@ -1,5 +1,6 @@
 #include "util/params.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "util/check.h"
@@ -7,6 +8,28 @@
 namespace mccl {
 
 namespace {
+// "4096" -> "4K"; sizes as the settings accept them.
+std::string bound(double v) {
+  if (v >= 1024 && v == static_cast<double>(static_cast<int64_t>(v))) {
+    auto i = static_cast<int64_t>(v);
+    const char* suffix[] = {"K", "M", "G", "T"};
+    int k = -1;
+    while (i % 1024 == 0 && k < 3) {
+      i /= 1024;
+      ++k;
+    }
+    if (k >= 0) return strCat(i, suffix[k]);
+  }
+  if (std::abs(v) < 1e15 && v == static_cast<double>(static_cast<int64_t>(v))) {
+    return strCat(static_cast<int64_t>(v));
+  }
+  return strCat(v);
+}
+
+std::string rangeText(const char* type, double lo, double hi) {
+  return std::string(type) == "String" ? std::string() : strCat(bound(lo), " to ", bound(hi));
+}
+
 std::string unquote(std::string s) {
   if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
   return s;
@@ -14,8 +37,11 @@ std::string unquote(std::string s) {
 }  // namespace
 
 const std::vector<ParamInfo>& allParams() {
+  using params::kGiB;
+  using params::kTiB;
   static const std::vector<ParamInfo> list = {
-#define MCCL_PARAM(id, env, type, def, doc) {env, #type, unquote(#def), doc},
+#define MCCL_PARAM(id, env, type, def, lo, hi, doc) \
+  {env, #type, unquote(#def), doc, rangeText(#type, lo, hi)},
 #include "util/params.def"
 #undef MCCL_PARAM
   };
@@ -42,20 +68,24 @@ int64_t parseSize(const std::string& text, const char* what) {
 }
 
 namespace params {
+
 namespace {
 
-Int readInt(const char* env, Int def) {
+Int readInt(const char* env, Int def, double lo, double hi) {
   const char* v = std::getenv(env);
   if (v == nullptr || *v == '\0') return def;
-  return parseSize(v, env);
+  Int x = parseSize(v, env);
+  checkRange(env, static_cast<double>(x), lo, hi);
+  return x;
 }
 
-Float readFloat(const char* env, Float def) {
+Float readFloat(const char* env, Float def, double lo, double hi) {
   const char* v = std::getenv(env);
   if (v == nullptr || *v == '\0') return def;
   char* end = nullptr;
   double d = std::strtod(v, &end);
   MCCL_USAGE_CHECK(end != v && *end == '\0', env, "=", v, " is not a number");
+  checkRange(env, d, lo, hi);
   return d;
 }
 
@@ -68,21 +98,30 @@ template <typename T>
 struct Reader;
 template <>
 struct Reader<Int> {
-  static Int read(const char* env, Int def) { return readInt(env, def); }
+  static Int read(const char* env, Int def, double lo, double hi) { return readInt(env, def, lo, hi); }
 };
 template <>
 struct Reader<Float> {
-  static Float read(const char* env, Float def) { return readFloat(env, def); }
+  static Float read(const char* env, Float def, double lo, double hi) {
+    return readFloat(env, def, lo, hi);
+  }
 };
 template <>
 struct Reader<String> {
-  static String read(const char* env, const char* def) { return readString(env, def); }
+  static String read(const char* env, const char* def, double, double) {
+    return readString(env, def);
+  }
 };
 
 }  // namespace
 
-#define MCCL_PARAM(id, env, type, def, doc) \
-  type id() { return Reader<type>::read(env, def); }
+void checkRange(const char* env, double value, double lo, double hi) {
+  MCCL_USAGE_CHECK(value >= lo && value <= hi, env, "=", bound(value), " is out of range: ",
+                   "it must be in [", bound(lo), ", ", bound(hi), "]");
+}
+
+#define MCCL_PARAM(id, env, type, def, lo, hi, doc) \
+  type id() { return Reader<type>::read(env, def, lo, hi); }
 #include "util/params.def"
 #undef MCCL_PARAM
 

@@ -164,20 +164,12 @@ def main(argv=None) -> int:
         return 0
     if "RANK" in os.environ:
         return _worker(args)
-    from ..launch import LaunchError, run
+    from ..launch import run_tool
 
-    env = {"OMP_NUM_THREADS": "1"}
-    placement = {}
-    if args.netlab:
-        from ..netlab import Lab, LabError
-        try:
-            lab = Lab.load(args.netlab)
-            placement = lab.launch_options(args.nproc)
-        except LabError as e:
-            print(f"mccl-bench: {e}", file=sys.stderr)
-            return 2
+    def on_lab(lab, env):
         if not lab.goodput:
-            print(f"# measuring the lab's TCP goodput first (iperf3, every ring link at once)", flush=True)
+            print("# measuring the lab's TCP goodput first (iperf3, every ring link at once)", flush=True)
+            from ..netlab import LabError
             try:
                 lab.measure_goodput()
             except LabError as e:
@@ -185,10 +177,6 @@ def main(argv=None) -> int:
         print(f"# {lab.describe()}".replace("\n", "\n# "), flush=True)
         if lab.goodput:
             env["MCCL_BENCH_GOODPUT_GBPS"] = str(lab.goodput["min_GBps"])
-    try:
-        run([sys.executable, "-m", "mccl.bench", *argv], args.nproc, timeout=args.timeout, stream_rank=0,
-            env=env, **placement)
-    except LaunchError as e:
-        print(e, file=sys.stderr)
-        return 1
-    return 0
+
+    return run_tool("mccl.bench", argv, args.nproc, timeout=args.timeout, tool="mccl-bench",
+                    netlab=args.netlab, on_lab=on_lab)

@@ -105,7 +105,7 @@ def run(args) -> dict:
              "beta_ns_per_byte": round(beta, 4), "gamma_ns_per_byte": round(gamma, 4)}
 
     if rank == 0:
-        path = os.environ.get("MCCL_TUNE_FILE") or os.path.expanduser("~/.cache/mccl/tune.conf")
+        path = mccl._C.tune_file_path()
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(f"# written by mccl-bench --tune on {os.uname().nodename}, "

@@ -107,9 +107,10 @@ for version in ("v25", "v27", "now"):
     call("_allgather_base_", flat, torch.full((3,), rank, dtype=torch.int32), pg)
     assert flat.tolist() == [r for r in range(world) for _ in range(3)], flat
 
-    lists = [[torch.empty(2) for _ in range(world)], [torch.empty(1) for _ in range(world)]]
+    # torch's layout: output_lists[r][i] receives rank r's input i.
+    lists = [[torch.empty(2), torch.empty(1)] for _ in range(world)]
     call("allgather_coalesced_", lists, [torch.full((2,), float(rank)), torch.full((1,), float(-rank))], pg)
-    assert all(torch.all(lists[0][r] == r) and torch.all(lists[1][r] == -r) for r in range(world))
+    assert all(torch.all(lists[r][0] == r) and torch.all(lists[r][1] == -r) for r in range(world))
 
     o1, o2 = torch.empty(world * 2), torch.empty(world)
     call("allgather_into_tensor_coalesced_", [o1, o2], [torch.full((2,), float(rank)), torch.full((1,), float(rank + 1))], pg)

@@ -1,0 +1,99 @@
+#include "algo/registry.h"
+
+#include "algo/model.h"
+#include "util/error.h"
+
+namespace mccl::algo {
+
+// Entry points, one per algorithm file.
+Task allreduceRing(OpContext& ctx, AllreduceOptions o);
+Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o);
+Task allreduceDirect(OpContext& ctx, AllreduceOptions o);
+Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
+Task broadcastChain(OpContext& ctx, BroadcastOptions o);
+Task reduceBinomial(OpContext& ctx, ReduceOptions o);
+Task reduceChain(OpContext& ctx, ReduceOptions o);
+Task allgatherRing(OpContext& ctx, AllgatherOptions o);
+Task allgatherDirect(OpContext& ctx, AllgatherOptions o);
+Task reduceScatterRing(OpContext& ctx, ReduceScatterOptions o);
+Task reduceScatterDirect(OpContext& ctx, ReduceScatterOptions o);
+Task gatherDirect(OpContext& ctx, GatherOptions o);
+Task scatterDirect(OpContext& ctx, ScatterOptions o);
+Task alltoallPairwise(OpContext& ctx, AlltoallOptions o);
+Task barrierDissemination(OpContext& ctx);
+
+namespace {
+
+const char* nameOf(Algo id) {
+  for (const auto& a : algorithms()) {
+    if (a.id == id) return a.name;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<Algorithm>& algorithms() {
+  static const std::vector<Algorithm> table = [] {
+    std::vector<Algorithm> t = {
+        {Algo::kRing, OpKind::kAllreduce, "ring", allreduceRing, allreduceRingSeconds},
+        {Algo::kRecursiveDoubling, OpKind::kAllreduce, "recursive_doubling",
+         allreduceRecursiveDoubling, allreduceRecursiveDoublingSeconds},
+        {Algo::kDirect, OpKind::kAllreduce, "direct", allreduceDirect, allreduceDirectSeconds, true},
+        {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},
+        {Algo::kChain, OpKind::kBroadcast, "chain", broadcastChain, broadcastChainSeconds},
+        {Algo::kBinomial, OpKind::kReduce, "binomial", reduceBinomial, reduceBinomialSeconds},
+        {Algo::kChain, OpKind::kReduce, "chain", reduceChain, reduceChainSeconds},
+        {Algo::kRing, OpKind::kAllgather, "ring", allgatherRing, allgatherRingSeconds},
+        {Algo::kDirect, OpKind::kAllgather, "direct", allgatherDirect, exchangeSeconds, true},
+        {Algo::kRing, OpKind::kReduceScatter, "ring", reduceScatterRing, reduceScatterRingSeconds},
+        {Algo::kDirect, OpKind::kReduceScatter, "direct", reduceScatterDirect,
+         reduceExchangeSeconds, true},
+        {Algo::kDirect, OpKind::kGather, "direct", gatherDirect, exchangeSeconds},
+        {Algo::kDirect, OpKind::kScatter, "direct", scatterDirect, exchangeSeconds},
+        {Algo::kPairwise, OpKind::kAlltoall, "pairwise", alltoallPairwise, exchangeSeconds},
+        {Algo::kDissemination, OpKind::kBarrier, "dissemination", barrierDissemination,
+         disseminationSeconds},
+    };
+    return t;
+  }();
+  static const bool named = (setAlgoNamer(nameOf), true);
+  (void)named;
+  return table;
+}
+
+const Algorithm& algorithm(OpKind op, Algo id) {
+  for (const auto& a : algorithms()) {
+    if (a.op == op && a.id == id) return a;
+  }
+  throwError(ErrorKind::kInternal, "no algorithm ", static_cast<int>(id), " for ", opKindName(op));
+}
+
+const Algorithm* find(OpKind op, const std::string& name) {
+  for (const auto& a : algorithms()) {
+    if (a.op == op && name == a.name) return &a;
+  }
+  return nullptr;
+}
+
+std::string algorithmsFor(OpKind op) {
+  std::string s;
+  for (const auto& a : algorithms()) {
+    if (a.op == op) s += strCat(s.empty() ? "" : ", ", a.name);
+  }
+  return s;
+}
+
+bool isCollective(const std::string& name) {
+  for (const auto& a : algorithms()) {
+    if (name == opKindName(a.op)) return true;
+  }
+  return false;
+}
+
+double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, int n,
+                      size_t chunkBytes) {
+  return algorithm(op, algo).cost(m, bytes, n, chunkBytes);
+}
+
+}  // namespace mccl::algo

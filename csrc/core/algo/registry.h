@@ -1,0 +1,66 @@
+// The one table of algorithms (in the manner of NCCL's algorithm/protocol
+// tables): for each, its wire id, its name (MCCL_ALGO, docs, errors), the
+// collective it runs, its entry point and its predicted cost. The selector
+// (select.h) chooses from it, the collectives (collectives.cc) run the
+// chosen entry, and the cost model's Python view predicts through it.
+//
+// Adding an algorithm: its file (algo/<collective>_<algorithm>.cc), its wire
+// id in comm/signature.h (ids travel in frame headers: append only), and
+// one row in registry.cc. Nothing else names algorithms.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "algo/collectives.h"
+#include "comm/cost_model.h"
+#include "comm/signature.h"
+#include "comm/task.h"
+
+namespace mccl {
+class OpContext;
+}
+
+namespace mccl::algo {
+
+// An entry point: a coroutine that takes its options by value (it outlives
+// the call that starts it). The options type says which collective it runs.
+template <typename O>
+using EntryOf = Task (*)(OpContext&, O);
+using BarrierEntry = Task (*)(OpContext&);
+using Entry = std::variant<EntryOf<AllreduceOptions>, EntryOf<BroadcastOptions>,
+                           EntryOf<ReduceOptions>, EntryOf<AllgatherOptions>,
+                           EntryOf<ReduceScatterOptions>, EntryOf<GatherOptions>,
+                           EntryOf<ScatterOptions>, EntryOf<AlltoallOptions>, BarrierEntry>;
+
+struct Algorithm {
+  Algo id;
+  OpKind op;
+  const char* name;
+  Entry entry;
+  // Predicted seconds under the model (algo/model.h): `bytes` is the buffer
+  // of allreduce, broadcast and reduce, the per-rank block of allgather and
+  // reduce_scatter; `chunkBytes` the pipeline chunk.
+  double (*cost)(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+  // A candidate only up to MCCL_SMALL_BYTES when the collective has others:
+  // direct exchanges need scratch for every peer and converge n-1 flows on
+  // each receiver, which the model does not price.
+  bool smallOnly = false;
+};
+
+// Every algorithm; per collective in order of preference (the first wins
+// ties in the selector).
+const std::vector<Algorithm>& algorithms();
+// The row of algorithm `id` for collective `op`; throws an internal error
+// when there is none.
+const Algorithm& algorithm(OpKind op, Algo id);
+// The row for collective `op` named `name` (as in MCCL_ALGO), or null.
+const Algorithm* find(OpKind op, const std::string& name);
+// "ring, recursive_doubling, direct": the algorithms of `op`.
+std::string algorithmsFor(OpKind op);
+// Whether `name` is a collective that has algorithms ("allreduce", ...).
+bool isCollective(const std::string& name);
+
+}  // namespace mccl::algo

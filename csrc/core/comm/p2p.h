@@ -1,0 +1,74 @@
+// Point-to-point send and receive of one group (torch's send/recv/isend/
+// irecv). Ordered per (peer, tag) by their own counters, never by the
+// collective sequence numbers. Messages up to MCCL_P2P_EAGER_BYTES go at
+// once; larger ones are announced (RTS) and sent when the receiver has
+// posted its buffer (CTS), so they land in place without staging.
+//
+// Threads: send() and recv() from any thread; onRts() and onCts() from
+// connection receive threads; failAll() from whichever thread poisons the
+// group. Lock: mu_ (counters and announced sends), never held while
+// posting frames.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "comm/matching.h"
+#include "comm/op_host.h"
+#include "comm/peers.h"
+#include "comm/watchdog.h"
+#include "comm/work.h"
+#include "transport/handshake.h"
+
+namespace mccl {
+
+class PointToPoint {
+ public:
+  PointToPoint(OpHost& host, Peers& peers, Matching& matching, Watchdog& watchdog,
+               const Identity& identity);
+
+  static constexpr int kAnySource = -1;
+  // Zero copy: `data` must stay valid until the Work completes.
+  std::shared_ptr<Work> send(int peer, uint32_t tag, const void* data, size_t bytes, DataType dtype,
+                             uint64_t count);
+  // peer == kAnySource receives from whichever rank sends first.
+  std::shared_ptr<Work> recv(int peer, uint32_t tag, void* data, size_t bytes, DataType dtype,
+                             uint64_t count);
+
+  // A peer announced a large send; answers CTS once a receive is posted.
+  void onRts(int peer, const FrameHeader& h);
+  // A peer is ready for a large send announced here.
+  void onCts(int peer, const FrameHeader& h);
+  // The group failed: announced sends fail with `e`.
+  void failAll(const Error& e);
+
+ private:
+  // Header of point-to-point message #seq with `tag` from this rank.
+  FrameHeader header(uint64_t seq, uint32_t tag) const;
+  void done(const std::shared_ptr<Work>& work, Transfer& t);
+  // Sends a frame without payload; failures poison the group.
+  void control(int peer, const FrameHeader& h);
+  void sendCts(int peer, uint64_t seq, uint32_t tag);
+
+  OpHost& host_;
+  Peers& peers_;
+  Matching& matching_;
+  Watchdog& watchdog_;
+  const Identity& identity_;
+
+  struct PendingSend {
+    std::shared_ptr<SendRequest> req;
+    FrameHeader tmpl;
+    const void* data = nullptr;
+    Deadline deadline = Deadline::never();
+  };
+  std::mutex mu_;
+  std::map<std::pair<int, uint32_t>, uint64_t> sendCounter_;
+  // Large sends waiting for their clear-to-send, by (peer, counter, tag).
+  std::map<std::tuple<int, uint64_t, uint32_t>, PendingSend> announced_;
+};
+
+}  // namespace mccl

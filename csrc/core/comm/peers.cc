@@ -1,0 +1,307 @@
+#include "comm/peers.h"
+
+#include <algorithm>
+
+#include "util/check.h"
+
+namespace mccl {
+
+Peers::Peers(const CommConfig& cfg, const Identity& identity, FrameSink& sink,
+             Rendezvous& rendezvous, std::string selfName)
+    : cfg_(cfg), identity_(identity), sink_(sink), rendezvous_(rendezvous), self_(std::move(selfName)) {
+  for (int i = 0; i < cfg_.size; ++i) peers_.push_back(std::make_unique<Peer>());
+}
+
+std::string Peers::name(int rank) const {
+  if (rank < 0 || rank >= cfg_.size) return strCat("rank ", rank);
+  Peer& p = at(rank);
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (p.addr) return strCat("rank ", rank, " (", p.addr->toString(), ")");
+  if (!p.hostHint.empty()) return strCat("rank ", rank, " (", p.hostHint, ")");
+  return strCat("rank ", rank);
+}
+
+void Peers::throwIfAborted() const {
+  std::lock_guard<std::mutex> lock(stateMu_);
+  if (aborted_) throw *aborted_;
+}
+
+SockAddr Peers::addressOf(int peer, Deadline deadline) {
+  Peer& p = at(peer);
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.addr) return *p.addr;
+  }
+  SockAddr a = rendezvous_.addressOf(peer, deadline, cfg_.timeout);
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.addr = a;
+  return a;
+}
+
+void Peers::adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort) {
+  Peer& p = at(peer);
+  sock.setNoDelay();
+  sock.setBufferSizes(cfg_.socketBuffer);
+  if (accepted) {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.hostHint.empty()) {
+      SockAddr where = sock.peerAddr();
+      if (peerListenPort != 0) where.setPort(peerListenPort);
+      p.hostHint = peerListenPort != 0 ? where.toString() : where.host();
+    }
+  }
+  auto conn = std::make_shared<Connection>(std::move(sock), peer, sink_,
+                                           static_cast<uint32_t>(cfg_.frameBytes), cfg_.inlineBytes,
+                                           strCat("connection to ", name(peer)));
+  conn->setChecksum(cfg_.checksum);
+  if (cfg_.localReadBytes > 0) {
+    FrameHeader tmpl;
+    tmpl.group = identity_.group;
+    tmpl.src = identity_.rank;
+    conn->enableLocalReads(cfg_.localReadBytes, tmpl);
+  }
+  bool accepting;
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    accepting = accepting_;
+  }
+  if (!accepting) {
+    // Too late to serve it: say why before closing, so the peer fails with
+    // the cause instead of "connection closed". (Not under p.mu: closing
+    // joins the connection's threads, which may need it.)
+    lateGoodbye(*conn);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.conns.push_back(conn);
+    conn->start();
+  }
+  p.cv.notify_all();
+  // After registering: abortAll() either saw this connection or set the
+  // error before this read.
+  std::lock_guard<std::mutex> lock(stateMu_);
+  if (aborted_) conn->postAbort(abortTmpl_, *aborted_);
+}
+
+void Peers::lateGoodbye(Connection& conn) {
+  FrameHeader h;
+  h.group = identity_.group;
+  h.src = identity_.rank;
+  std::unique_ptr<Error> aborted;
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    if (aborted_) aborted = std::make_unique<Error>(*aborted_);
+  }
+  if (aborted) {
+    conn.postAbort(h, *aborted);
+  } else {
+    h.type = FrameType::kClose;
+    conn.postClose(h);
+  }
+  conn.start();
+  Deadline limit = Deadline::after(std::chrono::milliseconds(500));
+  while (!conn.sendFinished() && !limit.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  conn.close();
+}
+
+void Peers::connect(int peer, Deadline deadline) {
+  SockAddr addr = addressOf(peer, deadline);
+  for (int i = 0; i < cfg_.nsocksPerPeer; ++i) {
+    std::string what = strCat(self_, ": connection to ", name(peer));
+    Socket s = Socket::connect(addr, deadline, what);
+    try {
+      Deadline hs = deadline.earlier(Deadline::after(cfg_.handshakeTimeout));
+      handshakeAsConnector(s, identity_, static_cast<uint32_t>(peer), hs);
+    } catch (const Error& e) {
+      throwError(e.kind(), what, ": ", e.what());
+    }
+    adopt(std::move(s), peer, false);
+  }
+}
+
+std::vector<std::shared_ptr<Connection>> Peers::connectionsTo(int peer, Deadline deadline) {
+  Peer& p = at(peer);
+  auto live = [&p] {  // under p.mu
+    std::vector<std::shared_ptr<Connection>> out;
+    for (auto& c : p.conns) {
+      if (!c->ended() && !c->peerClosed()) out.push_back(c);
+    }
+    return out;
+  };
+  std::unique_lock<std::mutex> lock(p.mu);
+  for (;;) {
+    lock.unlock();
+    throwIfAborted();
+    lock.lock();
+    if (auto conns = live(); !conns.empty()) return conns;
+    if (p.closed) {
+      lock.unlock();  // name() takes p.mu
+      throwError(ErrorKind::kRemote, self_, ": ", name(peer),
+                 " has shut down its communicator (destroy_process_group or exit) "
+                 "but this rank still sends to it; did the ranks run different numbers of "
+                 "operations?");
+    }
+    if (!p.connecting) break;
+    if (deadline.isNever()) {
+      p.cv.wait(lock);
+    } else if (p.cv.wait_until(lock, deadline.time()) == std::cv_status::timeout) {
+      lock.unlock();
+      throwError(ErrorKind::kTimeout, self_, ": timed out waiting to connect to ", name(peer));
+    }
+  }
+  p.connecting = true;
+  lock.unlock();
+  try {
+    connect(peer, deadline);
+  } catch (...) {
+    lock.lock();
+    p.connecting = false;
+    p.cv.notify_all();
+    throw;
+  }
+  lock.lock();
+  p.connecting = false;
+  p.cv.notify_all();
+  auto conns = live();
+  lock.unlock();
+  if (conns.empty()) {
+    throwIfAborted();
+    throwError(ErrorKind::kRemote, self_, ": the connection to ", name(peer),
+               " closed right after it was opened");
+  }
+  return conns;
+}
+
+void Peers::postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,
+                     const void* data, Deadline deadline) {
+  std::vector<std::shared_ptr<Connection>> conns;
+  try {
+    conns = connectionsTo(req->peer, deadline);
+  } catch (const Error& e) {
+    req->finish(&e);
+    return;
+  }
+  const size_t bytes = req->bytes;
+  const size_t frame = cfg_.frameBytes;
+  const size_t frames = bytes == 0 ? 1 : (bytes + frame - 1) / frame;
+  req->setFrames(static_cast<int>(frames), req);
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t rr = at(req->peer).next.fetch_add(frames);
+  for (size_t i = 0; i < frames; ++i) {
+    FrameHeader h = tmpl;
+    h.type = FrameType::kData;
+    h.offset = i * frame;
+    h.length = static_cast<uint32_t>(std::min(frame, bytes - h.offset));
+    h.msgBytes = bytes;
+    SendFrame f;
+    encodeFrame(h, f.header);
+    f.payload = p + h.offset;
+    f.length = h.length;
+    f.cb = req.get();
+    conns[(rr + i) % conns.size()]->post(f);
+  }
+}
+
+void Peers::postControl(int peer, const FrameHeader& h, Deadline deadline) {
+  auto conns = connectionsTo(peer, deadline);
+  SendFrame f;
+  encodeFrame(h, f.header);
+  conns.front()->post(f);
+}
+
+bool Peers::connectionEnded(Connection& c, const Error* err) {
+  if (err != nullptr) return false;
+  Peer& p = at(c.peer());
+  bool gone = true;
+  {
+    // The peer is gone once every connection here has ended, this one with
+    // its goodbye, and goodbyes came on as many connections as the peer
+    // said it closes (some may still be in this rank's listener).
+    std::lock_guard<std::mutex> lock(p.mu);
+    uint64_t announced = 0, said = 0;
+    for (auto& x : p.conns) {
+      if (x.get() != &c && !x->ended()) gone = false;
+      uint64_t n = x->peerClosed() ? x->peerCloseCount() : 0;
+      announced = std::max(announced, n);
+      said += n > 0 ? 1 : 0;
+    }
+    gone = gone && c.peerClosed() && said >= announced;
+    if (gone) p.closed = true;
+  }
+  p.cv.notify_all();
+  return gone;
+}
+
+void Peers::abortAll(const Error& e, const FrameHeader& tmpl) {
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    if (aborted_) return;
+    aborted_ = std::make_unique<Error>(e);
+    abortTmpl_ = tmpl;
+  }
+  for (auto& c : all()) c->postAbort(tmpl, e);
+  for (auto& p : peers_) p->cv.notify_all();
+}
+
+void Peers::interrupt() {
+  for (auto& c : all()) c->interrupt();
+}
+
+void Peers::stopAccepting() {
+  std::lock_guard<std::mutex> lock(stateMu_);
+  accepting_ = false;
+}
+
+void Peers::closeAll(bool graceful, const FrameHeader& tmpl, Deadline grace) {
+  auto conns = all();
+  if (graceful) {
+    FrameHeader h = tmpl;
+    h.type = FrameType::kClose;
+    // Each CLOSE says how many connections to that peer close: the peer may
+    // not have adopted all of them yet (its listener hands a connection over
+    // after the handshake's last byte has left), and must not take this rank
+    // for gone while frames wait on one it has not started reading.
+    for (const auto& p : peers_) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      h.offset = static_cast<uint64_t>(
+          std::count_if(p->conns.begin(), p->conns.end(), [](const auto& c) { return !c->ended(); }));
+      for (auto& c : p->conns) c->postClose(h);
+    }
+    // Peers answer with their own CLOSE and EOF; a vanished peer gives EOF.
+    for (auto& c : conns) {
+      while (!c->finished() && !grace.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } else {
+    // Let queued ABORT frames reach the peers before the sockets go.
+    for (auto& c : conns) {
+      while (!c->sendFinished() && !c->ended() && !grace.expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+  for (auto& c : conns) c->close();
+}
+
+std::vector<std::shared_ptr<Connection>> Peers::all() const {
+  std::vector<std::shared_ptr<Connection>> out;
+  for (const auto& p : peers_) {
+    std::lock_guard<std::mutex> lock(p->mu);
+    out.insert(out.end(), p->conns.begin(), p->conns.end());
+  }
+  return out;
+}
+
+size_t Peers::open() const {
+  size_t n = 0;
+  for (auto& c : all()) n += c->ended() ? 0 : 1;
+  return n;
+}
+
+uint64_t Peers::refFramesSent() const {
+  uint64_t n = 0;
+  for (auto& c : all()) n += c->refFramesSent();
+  return n;
+}
+
+}  // namespace mccl

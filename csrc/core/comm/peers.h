@@ -1,0 +1,116 @@
+// Peers: one group's connections to the other ranks, by rank.
+//
+// Connections open lazily, on the first send to a peer (connect, then the
+// handshake proves both ends belong to the job), or arrive through the
+// listener. Messages are split into frames striped over a peer's
+// connections. The goodbye bookkeeping lives here too: a peer is gone
+// cleanly once goodbyes (CLOSE) came on as many connections as it said it
+// closes, which tells a peer that shut down from one that vanished.
+//
+// Threads: connectionsTo(), postSend() and postControl() from any thread
+// that runs an op; adopt() from the listener's handshake threads;
+// connectionEnded() from connection receive threads; stopAccepting(),
+// sayGoodbye() and closeAll() from the thread that shuts the group down.
+// Each peer has its own lock; none is held while connecting or while a
+// connection's threads are joined.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/config.h"
+#include "comm/rendezvous.h"
+#include "comm/transfer.h"
+#include "transport/connection.h"
+#include "transport/handshake.h"
+#include "util/time.h"
+
+namespace mccl {
+
+class Peers {
+ public:
+  // Connections deliver their frames to `sink`. `selfName` prefixes errors.
+  Peers(const CommConfig& cfg, const Identity& identity, FrameSink& sink, Rendezvous& rendezvous,
+        std::string selfName);
+
+  // "rank 2 (10.0.0.2:41000)", or "rank 2" before anything is known of it.
+  std::string name(int rank) const;
+
+  // An authenticated socket to `peer` (from the listener when `accepted`,
+  // with the peer's listen port for messages) becomes one of its
+  // connections. After stopAccepting() it is told goodbye and closed.
+  void adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort = 0);
+  // The live connections to `peer`, connecting first if there are none.
+  // Throws naming the peer: when the group was aborted, the peer shut down,
+  // or the connection cannot be made before `deadline`.
+  std::vector<std::shared_ptr<Connection>> connectionsTo(int peer, Deadline deadline);
+  // Splits req's message (req->bytes at `data`) into frames of at most
+  // MCCL_FRAME_BYTES striped over the connections to req->peer; `tmpl`
+  // carries everything but offset, length and message size. Failures
+  // finish `req`.
+  void postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl, const void* data,
+                Deadline deadline);
+  // A frame without payload (RTS, CTS) to `peer`; throws on failure.
+  void postControl(int peer, const FrameHeader& h, Deadline deadline);
+
+  // A connection ended (its receive thread): without an error, whether the
+  // peer is now gone cleanly (every connection ended, goodbyes on as many as
+  // it announced).
+  bool connectionEnded(Connection& c, const Error* err);
+
+  // Fails later connects at once with `e`, and sends every connection (and
+  // each adopted later) an ABORT carrying `e`.
+  void abortAll(const Error& e, const FrameHeader& tmpl);
+  // Shuts every connection's socket so blocked transfers fail now.
+  void interrupt();
+  // Sockets adopted from now on are told goodbye and closed.
+  void stopAccepting();
+  // Graceful end: a CLOSE on every connection (each says how many
+  // connections to that peer close), then waits up to `grace` for the peers'
+  // own CLOSE and EOF. Without `graceful`, waits only for queued ABORT frames
+  // to leave. Then closes every connection.
+  void closeAll(bool graceful, const FrameHeader& tmpl, Deadline grace);
+
+  std::vector<std::shared_ptr<Connection>> all() const;
+  size_t open() const;          // connections not yet ended
+  uint64_t refFramesSent() const;
+
+ private:
+  struct Peer {
+    std::string hostHint;  // address seen on an accepted connection
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::shared_ptr<Connection>> conns;
+    std::optional<SockAddr> addr;
+    bool connecting = false;
+    bool closed = false;  // the peer shut down cleanly
+    std::atomic<uint64_t> next{0};  // round-robin over conns
+  };
+  Peer& at(int rank) const { return *peers_[static_cast<size_t>(rank)]; }
+  SockAddr addressOf(int peer, Deadline deadline);
+  void connect(int peer, Deadline deadline);
+  // Too late to serve a connection: say why, then close it.
+  void lateGoodbye(Connection& conn);
+  // Throws the group's abort error, if any.
+  void throwIfAborted() const;
+
+  const CommConfig& cfg_;
+  const Identity& identity_;
+  FrameSink& sink_;
+  Rendezvous& rendezvous_;
+  const std::string self_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+
+  mutable std::mutex stateMu_;
+  bool accepting_ = true;
+  std::unique_ptr<Error> aborted_;
+  FrameHeader abortTmpl_;
+};
+
+}  // namespace mccl

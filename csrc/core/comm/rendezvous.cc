@@ -1,0 +1,77 @@
+#include "comm/rendezvous.h"
+
+#include <cstring>
+#include <vector>
+
+#include "util/check.h"
+#include "util/random.h"
+
+namespace mccl {
+
+namespace {
+
+constexpr const char* kBootstrapKey = "mccl/v1/bootstrap";
+
+std::string addrKey(int rank) { return strCat("mccl/v1/addr/", rank); }
+
+}  // namespace
+
+Rendezvous::Rendezvous(std::shared_ptr<Store> store, std::string who)
+    : store_(std::move(store)), who_(std::move(who)) {}
+
+Rendezvous::Record Rendezvous::exchange(int rank, const CostModel& model,
+                                        std::chrono::milliseconds timeout) {
+  // The record: group id (8 bytes), job secret (32), then rank 0's cost
+  // model as text.
+  Record r;
+  const size_t fixed = 8 + r.secret.size();
+  std::vector<uint8_t> boot;
+  if (rank == 0) {
+    boot.resize(fixed);
+    secureRandom(boot.data(), boot.size());
+    std::string text = model.serialize();
+    boot.insert(boot.end(), text.begin(), text.end());
+    std::lock_guard<std::mutex> lock(mu_);
+    store_->set(kBootstrapKey, boot);
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    boot = store_->get(kBootstrapKey, timeout);
+  }
+  MCCL_USAGE_CHECK(boot.size() >= fixed, who_, ": malformed bootstrap record in the store (",
+                   boot.size(), " bytes); is another program using the same store prefix?");
+  std::memcpy(&r.group, boot.data(), 8);
+  std::memcpy(r.secret.data(), boot.data() + 8, r.secret.size());
+  r.model = rank == 0 ? model
+                      : CostModel::parse(std::string(boot.begin() + static_cast<long>(fixed), boot.end()),
+                                         "rank 0's cost model");
+  return r;
+}
+
+void Rendezvous::publishAddress(int rank, const SockAddr& addr) {
+  std::string text = addr.toString();
+  std::lock_guard<std::mutex> lock(mu_);
+  store_->set(addrKey(rank), std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+SockAddr Rendezvous::addressOf(int peer, Deadline deadline, std::chrono::milliseconds timeout) {
+  std::vector<uint8_t> bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto left = deadline.isNever() ? timeout
+                                   : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         deadline.time() - Clock::now());
+    if (left.count() <= 0) left = std::chrono::milliseconds(1);
+    try {
+      bytes = store_->get(addrKey(peer), left);
+    } catch (const Error& e) {
+      throwError(e.kind(), who_, ": cannot find the address of rank ", peer, " in the store: ",
+                 e.what());
+    } catch (const std::exception& e) {
+      throwError(ErrorKind::kRemote, who_, ": cannot find the address of rank ", peer,
+                 " in the store: ", e.what());
+    }
+  }
+  return SockAddr::parse(std::string(bytes.begin(), bytes.end()));
+}
+
+}  // namespace mccl
