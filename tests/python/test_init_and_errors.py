@@ -30,3 +30,37 @@ def test_torchrun_standalone():
 @pytest.mark.parametrize("world", [2, 3])
 def test_errors_are_clear_and_do_not_hang(world):
     run_workers("errors.py", world)
+
+
+SETTING_PROBE = """
+import os, sys, datetime
+import torch.distributed as dist
+import mccl
+try:
+    dist.init_process_group("mccl", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=20))
+except ValueError as e:
+    print("REFUSED:", e)
+else:
+    print("ACCEPTED")
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("var,value,words", [
+    ("MCCL_CHUNK_BYTES", "1K", ["MCCL_CHUNK_BYTES=1K", "out of range", "[4K, 1G]"]),
+    ("MCCL_NSOCKS_PER_PEER", "0", ["MCCL_NSOCKS_PER_PEER=0", "[1, 64]"]),
+    ("MCCL_SOCKET_BUFFER", "4G", ["MCCL_SOCKET_BUFFER=4G", "[0, 1G]"]),
+    ("MCCL_UNEXPECTED_BYTES", "-1", ["MCCL_UNEXPECTED_BYTES=-1", "[4K, 1T]"]),
+    ("MCCL_INFLIGHT_OPS", "many", ["MCCL_INFLIGHT_OPS=many", "not a number"]),
+])
+def test_out_of_range_setting_is_refused_by_name(var, value, words):
+    # Every numeric setting is checked against the range declared beside it
+    # (params.def); the error names the variable, the value and the range.
+    from mccl.launch import free_port
+    env = dict(os.environ, **{var: value})
+    out = subprocess.run([sys.executable, "-c", SETTING_PROBE, str(free_port())], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert "REFUSED:" in out.stdout, out.stdout + out.stderr
+    for w in words:
+        assert w in out.stdout, (w, out.stdout)
