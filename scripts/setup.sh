@@ -24,7 +24,8 @@ if ! $PY -c "import torch" 2>/dev/null; then
   $PY -m pip install -q torch==2.13.0
 fi
 missing=()
-for mod in pytest numpy cmake ninja scikit_build_core; do
+# expecttest: torch's own distributed test suite (tests/torch_suite) imports it.
+for mod in pytest numpy cmake ninja scikit_build_core expecttest; do
   $PY -c "import $mod" 2>/dev/null || missing+=("$mod")
 done
 if [ ${#missing[@]} -gt 0 ]; then
