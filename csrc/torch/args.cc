@@ -19,8 +19,8 @@ Args::Args(const Communicator& comm, const char* op)
 
 void Args::tensor(const at::Tensor& t, const std::string& what) const {
   TORCH_CHECK_VALUE(t.defined(), who_, ": ", what, " is an undefined tensor");
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, who_, ": ", what, " is a ", t.layout(),
-                    " tensor; mccl takes dense (strided) tensors");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, who_, ": ", t.layout(), " tensors are not supported (",
+                    what, "); use dense (strided) tensors");
   TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda() || t.device().is_mps(), who_,
                     ": ", what, " is on ", t.device(), "; mccl takes CPU, CUDA and MPS tensors");
 }
@@ -35,7 +35,7 @@ void Args::nonEmpty(const std::vector<at::Tensor>& ts, const std::string& what) 
 }
 
 void Args::perRank(const std::vector<at::Tensor>& ts, const std::string& what) const {
-  TORCH_CHECK_VALUE(static_cast<int>(ts.size()) == size(), who_, ": ", what, " has ", ts.size(),
+  TORCH_CHECK_VALUE(static_cast<int>(ts.size()) == size(), who_, ": the ", what, " has ", ts.size(),
                     " tensors but the group has ", size(), " ranks");
 }
 
@@ -47,17 +47,15 @@ void Args::sameDtype(const at::Tensor& t, const std::string& what, const at::Ten
 }
 
 void Args::like(const at::Tensor& t, const std::string& what, const at::Tensor& ref,
-                const std::string& refWhat, int64_t numel) const {
+                const std::string& refWhat, bool timesWorld) const {
   tensor(t, what);
   sameDtype(t, what, ref, refWhat);
-  if (numel == ref.numel()) {
-    TORCH_CHECK_VALUE(t.numel() == numel, who_, ": ", what, " has ", t.numel(),
-                      " elements but ", refWhat, " has ", ref.numel());
+  if (timesWorld) {
+    TORCH_CHECK_VALUE(t.numel() == ref.numel() * size(), who_, ": ", what, " has ", t.numel(),
+                      " elements; expected world size ", size(), " x ", refWhat, "'s ", ref.numel());
   } else {
-    TORCH_CHECK_VALUE(t.numel() == numel, who_, ": ", what, " has ", t.numel(),
-                      " elements; expected ", numel, " (", refWhat, "'s ", ref.numel(),
-                      numel > ref.numel() ? " times" : " divided by", " the group's ", size(),
-                      " ranks)");
+    TORCH_CHECK_VALUE(t.numel() == ref.numel(), who_, ": ", what, " has ", t.numel(),
+                      " elements but ", refWhat, " has ", ref.numel());
   }
 }
 
@@ -67,11 +65,8 @@ void Args::pairs(size_t outputs, size_t inputs) const {
 }
 
 void Args::root(int64_t rootRank, int64_t rootTensor) const {
-  try {
-    checkRoot(comm_, op_, rootRank);
-  } catch (const std::exception& e) {
-    rethrowAsTorch(e);
-  }
+  const std::string why = rootRefusal(size(), rootRank);
+  TORCH_CHECK_VALUE(why.empty(), who_, ": ", why);
   TORCH_CHECK_VALUE(rootTensor == 0, who_, ": rootTensor must be 0, got ", rootTensor);
 }
 
@@ -84,17 +79,16 @@ CoreReduce Args::reduce(const c10d::ReduceOp& op, at::ScalarType type) const {
 }
 
 std::vector<at::Tensor> Args::rootList(const std::vector<std::vector<at::Tensor>>& lists,
-                                       int64_t rootRank, const at::Tensor& ref,
-                                       const std::string& what, const std::string& refWhat) const {
+                                       int64_t rootRank, const at::Tensor& ref, const char* what) const {
   if (rank() != rootRank) {
     TORCH_CHECK_VALUE(lists.empty() || (lists.size() == 1 && lists[0].empty()), who_,
-                      ": only the root (rank ", rootRank, ") passes ", what);
+                      ": only the root (rank ", rootRank, ") takes ", what, " tensors");
     return {};
   }
-  TORCH_CHECK_VALUE(lists.size() == 1, who_, ": the root needs one ", what, " of ", size(),
-                    " tensors, got ", lists.size(), " lists");
-  perRank(lists[0], what);
-  for (size_t r = 0; r < lists[0].size(); ++r) like(lists[0][r], at(what, r), ref, refWhat);
+  TORCH_CHECK_VALUE(lists.size() == 1 && static_cast<int>(lists[0].size()) == size(), who_,
+                    ": the root needs one ", what, " list of ", size(), " tensors, got ",
+                    lists.size() == 1 ? strCat(lists[0].size(), " tensors") : strCat(lists.size(), " lists"));
+  for (const auto& t : lists[0]) like(t, strCat("an ", what, " tensor"), ref, "the input");
   return lists[0];
 }
 

@@ -6,7 +6,8 @@
 // of a coalesced batch too) leaves the group untouched and usable. Each
 // check throws ValueError or TypeError naming the op, this rank, the
 // argument (as torch names it) and the sizes. Checks that the core also
-// needs (roots, reduce op × dtype) call the core's own function.
+// makes (roots, reduce op × dtype) take their wording from the core's
+// rootRefusal() and reduceRefusal().
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -35,13 +36,10 @@ class Args {
   void nonEmpty(const std::vector<at::Tensor>& ts, const std::string& what) const;
   // `ts` holds one tensor per rank of the group.
   void perRank(const std::vector<at::Tensor>& ts, const std::string& what) const;
-  // `t` has `ref`'s dtype (TypeError) and `numel` elements (ValueError).
+  // `t` is a tensor with `ref`'s dtype (TypeError) and as many elements
+  // (ValueError), or world size times as many with `timesWorld`.
   void like(const at::Tensor& t, const std::string& what, const at::Tensor& ref,
-            const std::string& refWhat, int64_t numel) const;
-  void like(const at::Tensor& t, const std::string& what, const at::Tensor& ref,
-            const std::string& refWhat) const {
-    like(t, what, ref, refWhat, ref.numel());
-  }
+            const std::string& refWhat, bool timesWorld = false) const;
   void sameDtype(const at::Tensor& t, const std::string& what, const at::Tensor& ref,
                  const std::string& refWhat) const;
   // Two lists that pair up one to one (coalesced outputs and inputs).
@@ -50,12 +48,12 @@ class Args {
   void tag(int tag) const;
   // The core's reduce op for `op` on `type`; TypeError when it cannot apply.
   CoreReduce reduce(const c10d::ReduceOp& op, at::ScalarType type) const;
-  // gather's outputs / scatter's inputs: the root passes one list of a
-  // tensor per rank, each like `ref`; the others pass none (or one empty
-  // list). Returns the root's list, empty elsewhere.
+  // gather's outputs / scatter's inputs (`what`: "output" / "input"): the
+  // root passes one list of a tensor per rank, each like `ref` (the input's
+  // elements); the others pass none (or one empty list). Returns the root's
+  // list, empty elsewhere.
   std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists,
-                                   int64_t rootRank, const at::Tensor& ref,
-                                   const std::string& what, const std::string& refWhat) const;
+                                   int64_t rootRank, const at::Tensor& ref, const char* what) const;
 
  private:
   const Communicator& comm_;

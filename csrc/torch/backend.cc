@@ -178,6 +178,39 @@ ProcessGroupMCCL::ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store,
   }
 }
 
+ProcessGroupMCCL::ProcessGroupMCCL(std::shared_ptr<Communicator> comm,
+                                   std::chrono::milliseconds timeout)
+    : c10d::Backend(comm->rank(), comm->size()), comm_(std::move(comm)), timeout_(timeout) {}
+
+#ifdef MCCL_TORCH_HAS_SHRINK
+c10::intrusive_ptr<c10d::Backend> ProcessGroupMCCL::shrink(const std::vector<int64_t>& ranksToExclude,
+                                                           int shrinkFlags,
+                                                           const c10::intrusive_ptr<Options>& optsOverride) {
+  Args a(*comm_, "shrink_group");
+  constexpr int kShrinkAbort = 1;  // torch.distributed.SHRINK_ABORT
+  TORCH_CHECK_VALUE(shrinkFlags == 0 || shrinkFlags == kShrinkAbort, a.who(), ": shrink_flags ",
+                    shrinkFlags, " is neither SHRINK_DEFAULT (0) nor SHRINK_ABORT (1)");
+  TORCH_CHECK_VALUE(!optsOverride, a.who(), ": pg_options are not taken; mccl reads its settings from MCCL_*");
+  std::vector<int> excluded;
+  for (int64_t r : ranksToExclude) {
+    TORCH_CHECK_VALUE(r >= 0 && r < a.size(), a.who(), ": rank ", r, " is outside the group of ", a.size());
+    excluded.push_back(static_cast<int>(r));
+  }
+  const bool abortPending = shrinkFlags == kShrinkAbort;
+  // Ops still waiting for their device inputs reach the core in order
+  // first (with SHRINK_ABORT they then fail with the rest).
+  if (!abortPending) queue_.stop();
+  std::shared_ptr<Communicator> child;
+  try {
+    child = comm_->shrink(excluded, abortPending, comm_->config().groupName + "/shrunk");
+  } catch (const std::exception& e) {
+    rethrowAsTorch(e);
+  }
+  queue_.stop();
+  return c10::make_intrusive<ProcessGroupMCCL>(std::move(child), timeout_);
+}
+#endif
+
 ProcessGroupMCCL::~ProcessGroupMCCL() {
   queue_.stop();
   if (comm_) comm_->shutdown();
@@ -284,8 +317,8 @@ WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& output
   a.single(inputs, "tensor");
   TORCH_CHECK_VALUE(outputs.size() == 1, a.who(), ": expected one output list, got ", outputs.size());
   auto& outs = outputs[0];
-  a.perRank(outs, "tensor_list");
-  for (size_t r = 0; r < outs.size(); ++r) a.like(outs[r], at("tensor_list", r), inputs[0], "tensor");
+  a.perRank(outs, "output list");
+  for (size_t r = 0; r < outs.size(); ++r) a.like(outs[r], at("tensor_list", r), inputs[0], "the input");
   Staging st(a.who());
   View in = st.input(inputs[0]);
   std::vector<void*> out;
@@ -298,8 +331,8 @@ WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& output
 WorkPtr ProcessGroupMCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
                                           const c10d::AllgatherOptions& opts) {
   Args a(*comm_, "allgather_into_tensor");
-  a.tensor(input, "input_tensor");
-  a.like(output, "output_tensor", input, "input_tensor", input.numel() * a.size());
+  a.tensor(input, "input");
+  a.like(output, "output", input, "input", /*timesWorld=*/true);
   Staging st(a.who());
   View in = st.input(input);
   View out = st.output(output);
@@ -353,7 +386,7 @@ WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor
   a.pairs(outputs.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     a.tensor(inputs[i], at("inputs", i));
-    a.like(outputs[i], at("outputs", i), inputs[i], at("inputs", i), inputs[i].numel() * a.size());
+    a.like(outputs[i], at("outputs", i), inputs[i], at("inputs", i), /*timesWorld=*/true);
   }
   Staging st(a.who());
   std::vector<std::shared_ptr<Work>> core;
@@ -373,7 +406,7 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
   Args a(*comm_, "gather");
   a.single(inputs, "tensor");
   a.root(opts.rootRank, 0);
-  std::vector<at::Tensor> outs = a.rootList(outputs, opts.rootRank, inputs[0], "gather_list", "tensor");
+  std::vector<at::Tensor> outs = a.rootList(outputs, opts.rootRank, inputs[0], "output");
   Staging st(a.who());
   GatherOptions o;
   View in = st.input(inputs[0]);
@@ -393,7 +426,7 @@ WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
   Args a(*comm_, "scatter");
   a.single(outputs, "tensor");
   a.root(opts.rootRank, 0);
-  std::vector<at::Tensor> ins = a.rootList(inputs, opts.rootRank, outputs[0], "scatter_list", "tensor");
+  std::vector<at::Tensor> ins = a.rootList(inputs, opts.rootRank, outputs[0], "input");
   Staging st(a.who());
   ScatterOptions o;
   View out = st.output(outputs[0]);
@@ -414,8 +447,8 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
   Args a(*comm_, "reduce_scatter");
   a.single(outputs, "output");
   TORCH_CHECK_VALUE(inputs.size() == 1, a.who(), ": expected one input list, got ", inputs.size());
-  a.perRank(inputs[0], "input_list");
-  for (size_t r = 0; r < inputs[0].size(); ++r) a.like(inputs[0][r], at("input_list", r), outputs[0], "output");
+  a.perRank(inputs[0], "input list");
+  for (size_t r = 0; r < inputs[0].size(); ++r) a.like(inputs[0][r], at("input_list", r), outputs[0], "the output");
   CoreReduce red = a.reduce(opts.reduceOp, outputs[0].scalar_type());
   Staging st(a.who());
   View out = st.output(outputs[0]);
@@ -431,7 +464,7 @@ WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& i
                                                const c10d::ReduceScatterOptions& opts) {
   Args a(*comm_, "reduce_scatter_tensor");
   a.tensor(output, "output");
-  a.like(input, "input", output, "output", output.numel() * a.size());
+  a.like(input, "input", output, "output", /*timesWorld=*/true);
   CoreReduce red = a.reduce(opts.reduceOp, output.scalar_type());
   Staging st(a.who());
   View in = st.input(input);
@@ -451,7 +484,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor
   std::vector<CoreReduce> reds;
   for (size_t i = 0; i < inputs.size(); ++i) {
     a.tensor(outputs[i], at("outputs", i));
-    a.like(inputs[i], at("inputs", i), outputs[i], at("outputs", i), outputs[i].numel() * a.size());
+    a.like(inputs[i], at("inputs", i), outputs[i], at("outputs", i), /*timesWorld=*/true);
     reds.push_back(a.reduce(opts.reduceOp, outputs[i].scalar_type()));
   }
   Staging st(a.who());
@@ -486,13 +519,13 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
       rows.assign(static_cast<size_t>(n), dim0 / n);
     } else {
       TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == n, a.who(), ": ", what,
-                        "_split_sizes has ", splits.size(), " entries for ", n, " ranks");
+                        " split sizes have ", splits.size(), " entries for ", n, " ranks");
       int64_t sum = 0;
       for (int64_t s : splits) {
         TORCH_CHECK_VALUE(s >= 0, a.who(), ": negative ", what, " split size ", s);
         sum += s;
       }
-      TORCH_CHECK_VALUE(sum == dim0, a.who(), ": ", what, "_split_sizes sum to ", sum,
+      TORCH_CHECK_VALUE(sum == dim0, a.who(), ": ", what, " split sizes sum to ", sum,
                         " but the tensor has ", dim0, " rows");
       rows = splits;
     }

@@ -14,6 +14,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 
 #include <chrono>
 #include <memory>
@@ -22,6 +23,22 @@
 #include "comm/communicator.h"
 #include "submit_queue.h"
 #include "work.h"
+
+// c10d::Backend made abort() and shutdown() virtual in torch 2.7 and
+// setTimeout() in 2.9; before, they are MCCL's own
+// methods (then destroy_process_group / _set_default_timeout do not reach them).
+#define MCCL_TORCH_AT_LEAST(minor) \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= (minor)))
+#if MCCL_TORCH_AT_LEAST(7)
+#define MCCL_OVERRIDE_SINCE_2_7 override
+#else
+#define MCCL_OVERRIDE_SINCE_2_7
+#endif
+#if MCCL_TORCH_AT_LEAST(9)
+#define MCCL_OVERRIDE_SETTIMEOUT override
+#else
+#define MCCL_OVERRIDE_SETTIMEOUT
+#endif
 
 namespace mccl::torch_adapter {
 
@@ -32,9 +49,22 @@ class ProcessGroupMCCL : public c10d::Backend {
   ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, std::string groupName,
                    std::string routeHost);
+  // The group shrink() made: `comm` is already running.
+  ProcessGroupMCCL(std::shared_ptr<Communicator> comm, std::chrono::milliseconds timeout);
   ~ProcessGroupMCCL() override;
 
   const std::string getBackendName() const override { return "mccl"; }
+
+#ifdef MCCL_TORCH_HAS_SHRINK
+  // torch.distributed.shrink_group: the survivors' group over this group's
+  // connections and ports (Communicator::shrink). shrink_flags: 0
+  // (SHRINK_DEFAULT: pending ops must finish) or 1 (SHRINK_ABORT: they
+  // fail at once). Backend options are not taken (settings are MCCL_*).
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude,
+                                           int shrinkFlags,
+                                           const c10::intrusive_ptr<Options>& optsOverride) override;
+#endif
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -86,9 +116,9 @@ class ProcessGroupMCCL : public c10d::Backend {
                                                int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
-  void setTimeout(std::chrono::milliseconds timeout) override;
-  void abort() override;
-  void shutdown() override;
+  void setTimeout(std::chrono::milliseconds timeout) MCCL_OVERRIDE_SETTIMEOUT;
+  void abort() MCCL_OVERRIDE_SINCE_2_7;
+  void shutdown() MCCL_OVERRIDE_SINCE_2_7;
 
   Communicator& comm() { return *comm_; }
   // "host:port" this rank listens on.

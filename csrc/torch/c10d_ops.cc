@@ -48,7 +48,7 @@ class Args {
     return at("process_group").toCustomClass<c10d::ProcessGroup>();
   }
   c10d::ReduceOp reduceOp() const { return *at("reduce_op").toCustomClass<c10d::ReduceOp>(); }
-  // Absent before 2.7 on most ops (c10d then ran them asynchronously).
+  // Absent before 2.8 on most ops (c10d then ran them asynchronously).
   bool asyncOp() const {
     if (has("async_op")) return at("async_op").toBool();
     if (has("asyncOp")) return at("asyncOp").toBool();

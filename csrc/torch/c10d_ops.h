@@ -4,8 +4,8 @@
 // through kernels registered per dispatch key; PyTorch has them for CPU,
 // CUDA and PrivateUse1, not for MPS. MCCL registers one boxed kernel for the
 // ops it serves: it reads the arguments by name from the op's schema, so the
-// same kernel serves every schema version (PyTorch 2.5 had no `async_op`
-// argument on most ops, 2.7 called it `asyncOp`, later ones `async_op`), and
+// same kernel serves every schema version (PyTorch 2.5 to 2.7 had `bool
+// asyncOp` on four ops only, 2.8 added `bool async_op=True` to most), and
 // calls the group's backend for the tensors' device type, as c10d's own CPU
 // kernels do.
 #pragma once

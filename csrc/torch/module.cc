@@ -68,6 +68,9 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "", py::arg("route_host") = "",
            py::call_guard<py::gil_scoped_release>())
+      .def("_shutdown", &ProcessGroupMCCL::shutdown, py::call_guard<py::gil_scoped_release>(),
+           "stops the group's threads and closes its connections (what torch >= 2.7's "
+           "destroy_process_group does through c10d::Backend::shutdown)")
       .def_property_readonly("address", &ProcessGroupMCCL::address,
                              "host:port this rank listens on")
       .def_property_readonly(
@@ -82,6 +85,9 @@ PYBIND11_MODULE(_C, m) {
           [](ProcessGroupMCCL& pg) { return pg.comm().refFramesSent(); },
           "frames whose payload a same-host peer read from this process's memory "
           "(MCCL_LOCAL_READ_BYTES; diagnostics)")
+      .def_property_readonly(
+          "failed_peers", [](ProcessGroupMCCL& pg) { return pg.comm().failedPeers(); },
+          "ranks of this group whose connection failed (the peers this rank saw die)")
       .def_property_readonly(
           "rejected_connections",
           [](ProcessGroupMCCL& pg) { return pg.comm().rejectedConnections(); },

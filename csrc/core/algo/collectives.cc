@@ -81,11 +81,18 @@ std::shared_ptr<Work> run(Communicator& comm, OpSignature sig, size_t bytes, con
 
 }  // namespace
 
-void checkRoot(const Communicator& comm, const char* op, int64_t root) {
-  if (root < 0 || root >= comm.size()) {
-    usage(comm, op, "root rank ", root, " is outside the group of ", comm.size(), " ranks");
-  }
+std::string rootRefusal(int size, int64_t root) {
+  if (root >= 0 && root < size) return {};
+  return strCat("root rank ", root, " is outside the group of ", size, " ranks");
 }
+
+namespace {
+
+void checkRoot(const Communicator& comm, const char* op, int64_t root) {
+  if (std::string why = rootRefusal(comm.size(), root); !why.empty()) usage(comm, op, why);
+}
+
+}  // namespace
 
 std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   const char* op = "allreduce";

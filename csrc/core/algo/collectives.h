@@ -28,10 +28,11 @@ namespace mccl {
 
 using Timeout = std::chrono::milliseconds;
 
-// The root check of every rooted collective, exported so an adapter can
-// validate a whole call (all of a coalesced batch) before it submits any
-// part of it. Throws a usage error naming this rank and `op`.
-void checkRoot(const Communicator& comm, const char* op, int64_t root);
+// Why `root` cannot be the root of a collective on `size` ranks ("root rank
+// 7 is outside the group of 2 ranks"); empty when it can. The one wording of
+// this refusal, for the core's checks and the adapters' (which validate a
+// whole call before they submit any part of it).
+std::string rootRefusal(int size, int64_t root);
 
 // In place: `buf` holds this rank's input and receives the result.
 struct AllreduceOptions {

@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
+
 #include "comm/op_context.h"
 #include "util/check.h"
 #include "util/logging.h"
@@ -21,6 +23,19 @@ Matching::Context matchingContext(const CommConfig& cfg, const std::string& labe
   return m;
 }
 
+std::vector<int> identityRanks(int n) {
+  std::vector<int> r(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) r[static_cast<size_t>(i)] = i;
+  return r;
+}
+
+// family rank -> group rank (-1 for ranks not in the group).
+std::vector<int> inverse(const std::vector<int>& members, int familySize) {
+  std::vector<int> g(static_cast<size_t>(familySize), -1);
+  for (size_t i = 0; i < members.size(); ++i) g[static_cast<size_t>(members[i])] = static_cast<int>(i);
+  return g;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- lifecycle
@@ -36,57 +51,127 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& config)
     : cfg_(config),
       groupLabel_(strCat("group '", config.groupName, "'")),
-      rendezvous_(std::move(store), strCat("mccl rank ", config.rank, "/", config.size, " in ", groupLabel_)),
+      store_(std::move(store)),
+      members_(identityRanks(config.size)),
+      groupRanks_(identityRanks(config.size)),
       scratch_(64u << 20),
       matching_(matchingContext(cfg_, groupLabel_, [this](int r) { return peerName(r); }),
                 cfg_.unexpectedBytes, scratch_),
-      peers_(cfg_, identity_, *this, rendezvous_, selfName()),
       engine_(*this, matching_, [this](Clock::time_point d) { watchdog_.kick(d); }),
       watchdog_(*this, engine_, [this] { interruptConnections(); }),
-      p2p_(*this, peers_, matching_, watchdog_, identity_) {}
+      p2p_(*this, matching_, watchdog_,
+           [this](int peer, const FrameHeader& h, Deadline d) {
+             auto l = links();
+             if (!l) throw poisonError();
+             l->peers().postControl(members_[static_cast<size_t>(peer)], h, d);
+           },
+           static_cast<uint32_t>(config.rank)) {}
+
+Communicator::Communicator(const CommConfig& config, std::shared_ptr<Links> links, uint64_t groupId,
+                           std::vector<int> members, const CostModel& model,
+                           std::string interfaceName, SockAddr address)
+    : cfg_(config),
+      groupLabel_(strCat("group '", config.groupName, "'")),
+      groupId_(groupId),
+      members_(std::move(members)),
+      groupRanks_(inverse(members_, static_cast<int>(links->identity().size))),
+      model_(model),
+      interfaceName_(std::move(interfaceName)),
+      address_(std::move(address)),
+      links_(std::move(links)),
+      scratch_(64u << 20),
+      matching_(matchingContext(cfg_, groupLabel_, [this](int r) { return peerName(r); }),
+                cfg_.unexpectedBytes, scratch_),
+      engine_(*this, matching_, [this](Clock::time_point d) { watchdog_.kick(d); }),
+      watchdog_(*this, engine_, [this] { interruptConnections(); }),
+      p2p_(*this, matching_, watchdog_,
+           [this](int peer, const FrameHeader& h, Deadline d) {
+             auto l = this->links();
+             if (!l) throw poisonError();
+             l->peers().postControl(members_[static_cast<size_t>(peer)], h, d);
+           },
+           static_cast<uint32_t>(members_[static_cast<size_t>(config.rank)])) {}
 
 void Communicator::bootstrap() {
   Interface itf = selectInterface(cfg_.socketIfname, cfg_.routeHost);
   interfaceName_ = itf.name;
+  auto rendezvous = std::make_shared<Rendezvous>(store_, selfName());
   // Rank 0's model decides for the group; on one host (rank 0 on loopback,
   // so every rank reaches it over loopback) it prices shared links.
   CostModel mine = cfg_.model;
   mine.sharedHost = itf.loopback;
   mine.localReadBytes = mine.sharedHost ? cfg_.localReadBytes : 0;
-  Rendezvous::Record boot = rendezvous_.exchange(cfg_.rank, mine, cfg_.timeout);
-  identity_.rank = static_cast<uint32_t>(cfg_.rank);
-  identity_.size = static_cast<uint32_t>(cfg_.size);
-  identity_.group = boot.group;
-  identity_.secret = boot.secret;
+  Rendezvous::Record boot = rendezvous->exchange(cfg_.rank, mine, cfg_.timeout);
+  groupId_ = boot.group;
   model_ = boot.model;
+  Identity identity;
+  identity.rank = static_cast<uint32_t>(cfg_.rank);
+  identity.size = static_cast<uint32_t>(cfg_.size);
+  identity.group = boot.group;
+  identity.secret = boot.secret;
+  auto links = std::make_shared<Links>(cfg_, identity, std::move(rendezvous), selfName());
+  links->setOwner(this, groupId_);
+  {
+    std::lock_guard<std::mutex> lock(linksMu_);
+    links_ = links;
+  }
+  links->listen(itf.addr);
+  address_ = links->address();
+  MCCL_LOG(kInfo, selfName(), ": listening on ", address_.toString(), " (", itf.name, ")");
+  startThreads();
+}
 
-  listener_ = std::make_unique<Listener>(
-      itf.addr, cfg_.portRange, identity_, cfg_.handshakeTimeout,
-      [this](Socket sock, uint32_t peer, uint16_t port) {
-        if (cfg_.adoptDelayForTesting.count() > 0) std::this_thread::sleep_for(cfg_.adoptDelayForTesting);
-        peers_.adopt(std::move(sock), static_cast<int>(peer), true, port);
-      },
-      selfName() + ": ");
-  identity_.listenPort = static_cast<uint16_t>(listener_->address().port());
-  rendezvous_.publishAddress(cfg_.rank, listener_->address());
-  MCCL_LOG(kInfo, selfName(), ": listening on ", listener_->address().toString(), " (", itf.name, ")");
+void Communicator::startThreads() {
   engine_.start();
   watchdog_.start();
 }
 
 Communicator::~Communicator() { shutdown(); }
 
+std::shared_ptr<Links> Communicator::links() const {
+  std::lock_guard<std::mutex> lock(linksMu_);
+  return links_;
+}
+
+const SockAddr& Communicator::address() const { return address_; }
+
 std::string Communicator::selfName() const {
   return strCat("mccl rank ", cfg_.rank, "/", cfg_.size, " in ", groupLabel_);
 }
 
-std::string Communicator::peerName(int rank) const { return peers_.name(rank); }
+std::string Communicator::peerName(int rank) const {
+  if (rank < 0 || rank >= cfg_.size) return strCat("rank ", rank);
+  auto l = links();
+  return strCat("rank ", rank, l ? l->peers().where(members_[static_cast<size_t>(rank)]) : "");
+}
+
+int Communicator::groupRank(uint32_t wire) const {
+  return wire < groupRanks_.size() ? groupRanks_[wire] : -1;
+}
+
+FrameHeader Communicator::toGroup(const FrameHeader& h) const {
+  const int g = groupRank(h.src);
+  if (g < 0) {
+    throwError(ErrorKind::kRemote, selfName(), ": frame from rank ", h.src,
+               " of the group these links were made for, which is not in this group");
+  }
+  FrameHeader x = h;
+  x.src = static_cast<uint32_t>(g);
+  return x;
+}
 
 FrameHeader Communicator::controlTemplate() const {
   FrameHeader h;
-  h.group = identity_.group;
-  h.src = identity_.rank;
+  h.group = groupId_;
+  h.src = wireRank();
   return h;
+}
+
+void Communicator::checkLive(const char* what) const {
+  if (retired_.load()) {
+    throwError(ErrorKind::kUsage, selfName(), ": ", what, " on a group that shrink_group replaced by ",
+               successor_, "; use the group it returned");
+  }
 }
 
 Error Communicator::poisonError() const {
@@ -95,7 +180,7 @@ Error Communicator::poisonError() const {
   return *poison_;
 }
 
-void Communicator::poison(const Error& e) {
+void Communicator::failLocally(const Error& e) {
   {
     std::lock_guard<std::mutex> lock(poisonMu_);
     if (poison_) return;
@@ -108,11 +193,25 @@ void Communicator::poison(const Error& e) {
   // Running ops fail now if they wait, else at their next wait.
   for (auto& op : engine_.active()) op->fail(e);
   watchdog_.kick();  // failed ops now retire; make it watch them
-  // Tell every connected peer, so the whole group fails fast.
-  peers_.abortAll(e, controlTemplate());
 }
 
-void Communicator::interruptConnections() { peers_.interrupt(); }
+void Communicator::poison(const Error& e) {
+  if (poisoned()) return;
+  failLocally(e);
+  if (retired_.load()) return;
+  // Tell every member, so the whole group fails fast. The connections stay
+  // up: a shrunk group may take them over.
+  if (auto l = links()) {
+    const Error p = poisonError();
+    for (size_t r = 0; r < members_.size(); ++r) {
+      if (static_cast<int>(r) != cfg_.rank) l->peers().abortGroup(members_[r], controlTemplate(), p);
+    }
+  }
+}
+
+void Communicator::interruptConnections() {
+  if (auto l = links()) l->peers().interrupt();
+}
 
 void Communicator::abort() {
   poison(Error(ErrorKind::kAborted, strCat(selfName(), ": aborted (abort() was called)")));
@@ -131,29 +230,105 @@ void Communicator::stopThreads(bool graceful) {
              " s; aborting them");
     poison(Error(ErrorKind::kAborted, strCat(selfName(), ": shut down while the operation was pending")));
   }
-  peers_.stopAccepting();
+  auto l = links();
+  if (l) l->peers().stopAccepting();
   engine_.stop();
   // Ops still running (after a failure) retire once their transfers have
   // failed; make sure they do.
   engine_.retire([this] { interruptConnections(); });
   watchdog_.stop();
-  if (listener_) listener_->stop();
-  Deadline grace = Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace));
-  peers_.closeAll(graceful && !poisoned(), controlTemplate(), grace);
+  if (l) {
+    Deadline grace = Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace));
+    std::unique_ptr<Error> why;
+    if (poisoned()) why = std::make_unique<Error>(poisonError());
+    l->close(graceful && !why, controlTemplate(), grace, why.get());
+  }
   matching_.failAll(Error(ErrorKind::kAborted, strCat(selfName(), ": the communicator was shut down")));
   stopped_ = true;
 }
 
-size_t Communicator::numConnections() const { return peers_.open(); }
+std::shared_ptr<Communicator> Communicator::shrink(const std::vector<int>& excluded, bool abortPending,
+                                                   const std::string& groupName) {
+  std::lock_guard<std::mutex> life(lifeMu_);
+  const std::string op = "shrink_group";
+  MCCL_USAGE_CHECK(!retired_.load(), selfName(), ": ", op, " on a group that was shrunk already into ",
+                   successor_);
+  MCCL_USAGE_CHECK(!stopped_, selfName(), ": ", op, " on a group that was shut down");
+  std::vector<bool> out(static_cast<size_t>(cfg_.size), false);
+  for (int r : excluded) {
+    MCCL_USAGE_CHECK(r >= 0 && r < cfg_.size, selfName(), ": ", op, ": rank ", r,
+                     " is outside the group of ", cfg_.size);
+    MCCL_USAGE_CHECK(!out[static_cast<size_t>(r)], selfName(), ": ", op, ": rank ", r, " is excluded twice");
+    MCCL_USAGE_CHECK(r != cfg_.rank, selfName(), ": ", op, ": this rank is among the excluded; only "
+                     "the ranks that stay call shrink_group");
+    out[static_cast<size_t>(r)] = true;
+  }
+  MCCL_USAGE_CHECK(!excluded.empty(), selfName(), ": ", op, ": no rank to exclude");
+  auto links = this->links();
+  MCCL_CHECK(links != nullptr);
+  if (abortPending) {
+    failLocally(Error(ErrorKind::kAborted,
+                      strCat(selfName(), ": aborted by shrink_group(SHRINK_ABORT) while pending")));
+  } else if (!engine_.drain(cfg_.timeout)) {
+    throwError(ErrorKind::kUsage, selfName(), ": ", op, ": operations are still pending after ",
+               cfg_.timeout.count() / 1000.0, " s; wait for them, or pass SHRINK_ABORT");
+  }
+  // From here the links' events are the successor's business.
+  retired_.store(true);
+  engine_.stop();
+  engine_.retire([this] { interruptConnections(); });
+  watchdog_.stop();
 
-uint64_t Communicator::refFramesSent() const { return peers_.refFramesSent(); }
+  std::vector<int> members;
+  int newRank = -1;
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (out[static_cast<size_t>(r)]) continue;
+    if (r == cfg_.rank) newRank = static_cast<int>(members.size());
+    members.push_back(members_[static_cast<size_t>(r)]);
+  }
+  CommConfig c = cfg_;
+  c.rank = newRank;
+  c.size = static_cast<int>(members.size());
+  c.groupName = groupName;
+  const uint64_t id = successorGroupId(groupId_);
+  std::shared_ptr<Communicator> child(
+      new Communicator(c, links, id, std::move(members), model_, interfaceName_, address_));
+  successor_ = strCat("group '", groupName, "' (", c.size, " ranks)");
+  matching_.failAll(Error(ErrorKind::kAborted, strCat(selfName(), ": retired by ", op, " into ", successor_)));
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (out[static_cast<size_t>(r)]) links->peers().drop(members_[static_cast<size_t>(r)], controlTemplate());
+  }
+  links->handover(groupId_, child.get(), id);
+  {
+    std::lock_guard<std::mutex> lock(linksMu_);
+    links_.reset();
+  }
+  stopped_ = true;
+  child->startThreads();
+  MCCL_LOG(kInfo, selfName(), ": shrunk into ", child->selfName(), " (", excluded.size(), " excluded)");
+  return child;
+}
 
-size_t Communicator::rejectedConnections() const { return listener_ ? listener_->rejected() : 0; }
+size_t Communicator::numConnections() const {
+  auto l = links();
+  return l ? l->peers().open() : 0;
+}
+
+uint64_t Communicator::refFramesSent() const {
+  auto l = links();
+  return l ? l->peers().refFramesSent() : 0;
+}
+
+size_t Communicator::rejectedConnections() const {
+  auto l = links();
+  return l ? l->rejected() : 0;
+}
 
 // --------------------------------------------------------------------- ops
 
 std::shared_ptr<Work> Communicator::submit(const OpSignature& sig, std::chrono::milliseconds timeout,
                                            Body body, std::string description, bool small) {
+  checkLive(description.c_str());
   return engine_.submit(sig, timeout, std::move(body), std::move(description), small);
 }
 
@@ -163,40 +338,52 @@ void Communicator::opCompleted(uint64_t seq, std::shared_ptr<Work> work, std::ex
 
 void Communicator::postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,
                             const void* data, Deadline deadline) {
-  peers_.postSend(req, tmpl, data, deadline);
+  auto l = links();
+  if (poisoned() || !l) {
+    Error e = poisoned() ? poisonError()
+                         : Error(ErrorKind::kAborted, strCat(selfName(), ": the group was shrunk"));
+    req->finish(&e);
+    return;
+  }
+  FrameHeader t = tmpl;
+  t.src = wireRank();
+  l->peers().postSend(members_[static_cast<size_t>(req->peer)], req, t, data, deadline);
 }
 
 void Communicator::postRecv(const std::shared_ptr<RecvRequest>& req) { matching_.post(req); }
 
 std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* data, size_t bytes,
                                          DataType dtype, uint64_t count) {
+  checkLive("send");
   return p2p_.send(peer, tag, data, bytes, dtype, count);
 }
 
 std::shared_ptr<Work> Communicator::recv(int peer, uint32_t tag, void* data, size_t bytes,
                                          DataType dtype, uint64_t count) {
+  checkLive("recv");
   return p2p_.recv(peer, tag, data, bytes, dtype, count);
 }
 
-// --------------------------------------------------------------- FrameSink
+// --------------------------------------------------------------- LinkOwner
 
 void* Communicator::payloadDest(Connection&, const FrameHeader& h) {
-  if (h.group != identity_.group) {
-    throwError(ErrorKind::kRemote, "frame of group ", h.group, " on a connection of group ",
-               identity_.group);
-  }
-  return matching_.incoming(h);
+  // A failed group's frames (a peer's last sends before it learnt) are read
+  // and dropped: the connection may serve a shrunk group next.
+  if (poisoned() || retired_.load()) return discardBuffer(h.length);
+  return matching_.incoming(toGroup(h));
 }
 
 void Communicator::payloadDone(Connection&, const FrameHeader& h, void* dst) {
-  matching_.incomingDone(h, dst, true);
+  matching_.incomingDone(toGroup(h), dst, true);
 }
 
 void Communicator::payloadAborted(Connection&, const FrameHeader& h, void* dst) {
-  matching_.incomingDone(h, dst, false);
+  matching_.incomingDone(toGroup(h), dst, false);
 }
 
-void Communicator::control(Connection& c, const FrameHeader& h, const std::string& text) {
+void Communicator::control(Connection&, const FrameHeader& h, const std::string& text) {
+  const FrameHeader g = toGroup(h);
+  const int peer = static_cast<int>(g.src);
   switch (h.type) {
     case FrameType::kAbort: {
       // Keep the peer's error kind (a mismatch stays a usage error), except
@@ -204,40 +391,52 @@ void Communicator::control(Connection& c, const FrameHeader& h, const std::strin
       ErrorKind kind = ErrorKind::kRemote;
       if (h.slot <= static_cast<uint32_t>(ErrorKind::kInternal)) kind = static_cast<ErrorKind>(h.slot);
       if (kind == ErrorKind::kAborted) kind = ErrorKind::kRemote;
-      poison(Error(kind, strCat(selfName(), ": ", peerName(c.peer()), " failed and aborted the group: ", text)));
+      poison(Error(kind, strCat(selfName(), ": ", peerName(peer), " failed and aborted the group: ", text)));
       return;
     }
     case FrameType::kRts:
-      p2p_.onRts(c.peer(), h);
+      p2p_.onRts(peer, g);
       return;
     case FrameType::kCts:
-      p2p_.onCts(c.peer(), h);
+      p2p_.onCts(peer, g);
       return;
-    default: {
-      // CLOSE: the peer is done with this group. Answer in kind so its socket
-      // sees our EOF promptly, then refuse further sends to it.
-      FrameHeader mine = controlTemplate();
-      mine.type = FrameType::kClose;
-      c.postClose(mine);
-    }
+    default:
+      throwError(ErrorKind::kRemote, selfName(), ": unexpected ", h.describe());
   }
 }
 
-void Communicator::connectionEnded(Connection& c, const Error* err) {
-  if (err != nullptr) {
-    poison(Error(err->kind(), strCat(selfName(), ": ", err->what())));
-    return;
+void Communicator::linkFailed(int peer, const Error& err) {
+  const int g = groupRank(static_cast<uint32_t>(peer));
+  if (retired_.load() || g < 0) return;  // not this group's
+  {
+    std::lock_guard<std::mutex> lock(poisonMu_);
+    if (std::find(failedPeers_.begin(), failedPeers_.end(), g) == failedPeers_.end()) failedPeers_.push_back(g);
   }
-  if (peers_.connectionEnded(c, err)) {
-    // Everything the peer sent has arrived: whatever else we wait for from it
-    // will never come.
-    matching_.sourceClosed(static_cast<uint32_t>(c.peer()),
-                           Error(ErrorKind::kRemote,
-                                 strCat(selfName(), ": ", peerName(c.peer()),
-                                        " has shut down its process group (destroy_process_group "
-                                        "or exit) while this rank still expects data from it; "
-                                        "did the ranks run different numbers of operations?")));
-  }
+  // The link names the peer by its rank in the group that made the links.
+  const std::string as = g == peer ? std::string() : strCat(" (rank ", g, " of this group)");
+  poison(Error(err.kind(), strCat(selfName(), ": ", err.what(), as)));
+}
+
+std::vector<int> Communicator::failedPeers() const {
+  std::lock_guard<std::mutex> lock(poisonMu_);
+  return failedPeers_;
+}
+
+void Communicator::peerGone(int peer) {
+  const int g = groupRank(static_cast<uint32_t>(peer));
+  if (retired_.load() || g < 0) return;
+  // Everything the peer sent has arrived: whatever else we wait for from it
+  // will never come.
+  matching_.sourceClosed(static_cast<uint32_t>(g),
+                         Error(ErrorKind::kRemote,
+                               strCat(selfName(), ": ", peerName(g),
+                                      " has shut down its process group (destroy_process_group "
+                                      "or exit) while this rank still expects data from it; "
+                                      "did the ranks run different numbers of operations?")));
+}
+
+void Communicator::adopted(Connection& c) {
+  if (poisoned()) c.postGroupAbort(controlTemplate(), poisonError());
 }
 
 }  // namespace mccl

@@ -3,7 +3,8 @@
 //
 //   rendezvous.h  the store: bootstrap record (group id, secret, rank 0's
 //                 cost model) and listen addresses
-//   peers.h       connections to the other ranks, frame striping, goodbyes
+//   links.h       the listener and connections (peers.h) this group shares
+//                 with the groups it is shrunk into, and frame routing
 //   engine.h      collectives: sequence numbers, queue, engine thread
 //   p2p.h         send / recv (eager, or RTS/CTS for large messages)
 //   watchdog.h    deadlines, forcing failed ops to retire
@@ -18,10 +19,16 @@
 // rank reads. No barrier: connections are opened lazily, on first use, and
 // authenticated by the handshake (transport/handshake.h).
 //
+// Shrink (shrink()): the surviving ranks make a smaller group out of this
+// one without a rendezvous: it takes this group's links over (the same
+// connections and ports; see links.h), renumbers the ranks, and this group
+// retires. Frames carry family ranks (the ranks of the group that created
+// the links); the communicator translates them to and from its own.
+//
 // Threads: the public methods may be called from any thread, except that
-// abort() and shutdown() must not run on an MCCL thread (they join them).
-// The FrameSink methods run on connection receive threads. OpContext sees
-// this object only through OpHost.
+// abort(), shutdown() and shrink() must not run on an MCCL thread (they join
+// them). The LinkOwner methods run on connection receive threads. OpContext
+// sees this object only through OpHost.
 #pragma once
 
 #include <atomic>
@@ -29,13 +36,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "comm/config.h"
 #include "comm/engine.h"
 #include "comm/matching.h"
 #include "comm/op_host.h"
+#include "comm/links.h"
 #include "comm/p2p.h"
-#include "comm/peers.h"
 #include "comm/rendezvous.h"
 #include "comm/scratch.h"
 #include "comm/signature.h"
@@ -48,7 +56,7 @@
 
 namespace mccl {
 
-class Communicator final : public OpHost, public FrameSink {
+class Communicator final : public OpHost, public LinkOwner {
  public:
   using Body = Engine::Body;
 
@@ -63,7 +71,7 @@ class Communicator final : public OpHost, public FrameSink {
   int size() const override { return cfg_.size; }
   const CommConfig& config() const override { return cfg_; }
   const CostModel& model() const override { return model_; }
-  uint64_t groupId() const override { return identity_.group; }
+  uint64_t groupId() const override { return groupId_; }
   // "mccl rank 1/4 in group 'default_pg'"
   std::string selfName() const override;
   // "rank 2 (10.0.0.2:41000)"
@@ -73,7 +81,7 @@ class Communicator final : public OpHost, public FrameSink {
   // Poisons the communicator (first error wins) and tells the peers.
   void poison(const Error& e) override;
 
-  const SockAddr& address() const { return listener_->address(); }
+  const SockAddr& address() const;
   // The network interface the listener is bound to (e.g. "eth0", "en0").
   const std::string& interfaceName() const { return interfaceName_; }
 
@@ -91,11 +99,27 @@ class Communicator final : public OpHost, public FrameSink {
   std::shared_ptr<Work> recv(int peer, uint32_t tag, void* data, size_t bytes, DataType dtype,
                              uint64_t count);
 
+  // A group of this one's ranks but `excluded` (ranks of this group; this
+  // rank must not be one), made without a rendezvous: every survivor calls
+  // it. It takes over this group's connections, listener and ports; this
+  // group retires (its later calls fail, naming the successor). With
+  // `abortPending` the ops still queued or running here fail at once
+  // (kAborted, naming shrink); else they must have finished (throws a usage
+  // error if they do not within the group timeout). A group shrinks once.
+  std::shared_ptr<Communicator> shrink(const std::vector<int>& excluded, bool abortPending,
+                                       const std::string& groupName);
+  // The ranks of this group in the group that created its links.
+  const std::vector<int>& familyRanks() const { return members_; }
+
   // Fails everything with kAborted and joins all threads. Idempotent.
   void abort();
   // Waits (up to 10 s) for queued collectives to finish, says goodbye to
   // peers, then joins all threads. Idempotent.
   void shutdown();
+
+  // Ranks of this group whose connection failed (reset, or closed without a
+  // goodbye): what this rank saw die. Elastic recovery reports them.
+  std::vector<int> failedPeers() const;
 
   // Diagnostics: open connections, frames sent by reference to same-host
   // peers, connections the listener closed for failing the handshake.
@@ -105,11 +129,26 @@ class Communicator final : public OpHost, public FrameSink {
 
  private:
   Communicator(std::shared_ptr<Store> store, const CommConfig& config);
+  // A group made by shrink(): `links` and the agreed `model` come from the
+  // parent; `members` maps this group's ranks to family ranks.
+  Communicator(const CommConfig& config, std::shared_ptr<Links> links, uint64_t groupId,
+               std::vector<int> members, const CostModel& model, std::string interfaceName,
+               SockAddr address);
   void bootstrap();
+  void startThreads();
+  // Fails every pending op with `e` here, without telling the peers (the
+  // links stay up for the successor).
+  void failLocally(const Error& e);
   void stopThreads(bool graceful);
   // Shuts every connection's socket so blocked transfers fail now.
   void interruptConnections();
   FrameHeader controlTemplate() const;
+  // This group's rank of family rank `wire`, or -1.
+  int groupRank(uint32_t wire) const;
+  FrameHeader toGroup(const FrameHeader& h) const;
+  uint32_t wireRank() const { return static_cast<uint32_t>(members_[static_cast<size_t>(cfg_.rank)]); }
+  // Throws when shrink() has retired this group.
+  void checkLive(const char* what) const;
 
   // OpHost, for OpContext.
   void postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl, const void* data,
@@ -118,33 +157,43 @@ class Communicator final : public OpHost, public FrameSink {
   Scratch scratch(size_t bytes) override { return scratch_.get(bytes); }
   void opCompleted(uint64_t seq, std::shared_ptr<Work> work, std::exception_ptr error) override;
 
-  // FrameSink (connection receive threads).
+  // LinkOwner (connection receive threads; ranks are family ranks).
   void* payloadDest(Connection& c, const FrameHeader& h) override;
   void payloadDone(Connection& c, const FrameHeader& h, void* dst) override;
   void payloadAborted(Connection& c, const FrameHeader& h, void* dst) override;
   void control(Connection& c, const FrameHeader& h, const std::string& text) override;
-  void connectionEnded(Connection& c, const Error* err) override;
+  void linkFailed(int peer, const Error& err) override;
+  void peerGone(int peer) override;
+  void adopted(Connection& c) override;
 
   const CommConfig cfg_;
   const std::string groupLabel_;
-  Identity identity_;
+  std::shared_ptr<Store> store_;
+  uint64_t groupId_ = 0;
+  std::vector<int> members_;     // group rank -> family rank
+  std::vector<int> groupRanks_;  // family rank -> group rank, or -1
   CostModel model_;
   std::string interfaceName_;
-  Rendezvous rendezvous_;
+  SockAddr address_;
+  mutable std::mutex linksMu_;
+  std::shared_ptr<Links> links_;  // null once shrink() handed them over
+  std::shared_ptr<Links> links() const;
   ScratchPool scratch_;  // before matching_: its buffers return here
   Matching matching_;
-  Peers peers_;
   Engine engine_;
   Watchdog watchdog_;
   PointToPoint p2p_;
-  std::unique_ptr<Listener> listener_;
 
   mutable std::mutex poisonMu_;
   std::atomic<bool> poisoned_{false};
   std::unique_ptr<Error> poison_;
+  std::vector<int> failedPeers_;  // guarded by poisonMu_
 
-  std::mutex lifeMu_;  // serialises abort()/shutdown()
+  std::mutex lifeMu_;  // serialises abort()/shutdown()/shrink()
   bool stopped_ = false;
+  // Set by shrink(): the group that took over (for errors), then the flag.
+  std::string successor_;
+  std::atomic<bool> retired_{false};
 };
 
 }  // namespace mccl

@@ -26,9 +26,13 @@ std::shared_ptr<Work> Engine::submit(const OpSignature& sig, std::chrono::millis
     std::unique_lock<std::mutex> lock(queueMu_);
     work = std::make_shared<Work>(strCat(host_.selfName(), ": ", description, " #", nextSeq_));
     if (stopping_) {
+      // A failed (or aborted) group names its cause; a shut-down one says so.
       work->complete(std::make_exception_ptr(
-          Error(ErrorKind::kAborted, strCat(host_.selfName(), ": ", work->description(),
-                                            " called after the communicator was shut down"))));
+          host_.poisoned()
+              ? Error(host_.poisonError().kind(),
+                      strCat(work->description(), " failed: ", host_.poisonError().what()))
+              : Error(ErrorKind::kAborted, strCat(host_.selfName(), ": ", work->description(),
+                                                  " called after the communicator was shut down"))));
       return work;
     }
     QueuedOp q{nextSeq_++, sig, timeout, std::move(body), work};

@@ -4,17 +4,21 @@
 
 namespace mccl {
 
-PointToPoint::PointToPoint(OpHost& host, Peers& peers, Matching& matching, Watchdog& watchdog,
-                           const Identity& identity)
-    : host_(host), peers_(peers), matching_(matching), watchdog_(watchdog), identity_(identity) {}
+PointToPoint::PointToPoint(OpHost& host, Matching& matching, Watchdog& watchdog,
+                           PostControl postControl, uint32_t wireRank)
+    : host_(host),
+      matching_(matching),
+      watchdog_(watchdog),
+      postControl_(std::move(postControl)),
+      wireRank_(wireRank) {}
 
 FrameHeader PointToPoint::header(uint64_t seq, uint32_t tag) const {
   FrameHeader h;
   h.flags = kFlagP2P;
-  h.group = identity_.group;
+  h.group = host_.groupId();
   h.seq = seq;
   h.slot = tag;
-  h.src = identity_.rank;
+  h.src = wireRank_;
   h.op = OpKind::kSendRecv;
   return h;
 }
@@ -50,7 +54,7 @@ std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* dat
         Error(p.kind(), strCat(work->description(), " failed: ", p.what()))));
     return work;
   }
-  auto req = std::make_shared<SendRequest>(peer, MsgKey{1, seq, tag, identity_.rank},
+  auto req = std::make_shared<SendRequest>(peer, MsgKey{1, seq, tag, static_cast<uint32_t>(host_.rank())},
                                            OpKind::kSendRecv, bytes);
   req->onDone = [this, work](Transfer& t) { done(work, t); };
   FrameHeader h = header(seq, tag);
@@ -59,7 +63,7 @@ std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* dat
   Deadline deadline = Deadline::after(host_.config().timeout);
   watchdog_.watch(deadline, req);
   if (bytes <= host_.config().p2pEagerBytes) {
-    peers_.postSend(req, h, data, deadline);
+    host_.postSend(req, h, data, deadline);
     return work;
   }
   // Rendezvous: announce the message; the data follows the receiver's
@@ -99,7 +103,7 @@ std::shared_ptr<Work> PointToPoint::recv(int peer, uint32_t tag, void* data, siz
 
 void PointToPoint::control(int peer, const FrameHeader& h) {
   try {
-    peers_.postControl(peer, h, Deadline::after(host_.config().timeout));
+    postControl_(peer, h, Deadline::after(host_.config().timeout));
   } catch (const Error& e) {
     host_.poison(e);
   }
@@ -129,7 +133,7 @@ void PointToPoint::onCts(int peer, const FrameHeader& h) {
     p = std::move(it->second);
     announced_.erase(it);
   }
-  peers_.postSend(p.req, p.tmpl, p.data, p.deadline);
+  host_.postSend(p.req, p.tmpl, p.data, p.deadline);
 }
 
 void PointToPoint::failAll(const Error& e) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,17 +19,19 @@
 
 #include "comm/matching.h"
 #include "comm/op_host.h"
-#include "comm/peers.h"
 #include "comm/watchdog.h"
 #include "comm/work.h"
-#include "transport/handshake.h"
 
 namespace mccl {
 
 class PointToPoint {
  public:
-  PointToPoint(OpHost& host, Peers& peers, Matching& matching, Watchdog& watchdog,
-               const Identity& identity);
+  // Data goes out through host.postSend; frames without payload (RTS, CTS)
+  // through `postControl` (to a group rank; throws on failure). Headers
+  // carry `wireRank` (this rank in the family, links.h) and group `groupId`.
+  using PostControl = std::function<void(int peer, const FrameHeader& h, Deadline deadline)>;
+  PointToPoint(OpHost& host, Matching& matching, Watchdog& watchdog, PostControl postControl,
+               uint32_t wireRank);
 
   static constexpr int kAnySource = -1;
   // Zero copy: `data` must stay valid until the Work completes.
@@ -54,10 +57,10 @@ class PointToPoint {
   void sendCts(int peer, uint64_t seq, uint32_t tag);
 
   OpHost& host_;
-  Peers& peers_;
   Matching& matching_;
   Watchdog& watchdog_;
-  const Identity& identity_;
+  const PostControl postControl_;
+  const uint32_t wireRank_;
 
   struct PendingSend {
     std::shared_ptr<SendRequest> req;

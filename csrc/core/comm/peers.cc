@@ -7,23 +7,23 @@
 namespace mccl {
 
 Peers::Peers(const CommConfig& cfg, const Identity& identity, FrameSink& sink,
-             Rendezvous& rendezvous, std::string selfName)
-    : cfg_(cfg), identity_(identity), sink_(sink), rendezvous_(rendezvous), self_(std::move(selfName)) {
+             Rendezvous& rendezvous, std::string selfName, std::function<void(Connection&)> adopted)
+    : cfg_(cfg),
+      identity_(identity),
+      sink_(sink),
+      rendezvous_(rendezvous),
+      self_(std::move(selfName)),
+      adopted_(std::move(adopted)) {
   for (int i = 0; i < cfg_.size; ++i) peers_.push_back(std::make_unique<Peer>());
 }
 
-std::string Peers::name(int rank) const {
-  if (rank < 0 || rank >= cfg_.size) return strCat("rank ", rank);
+std::string Peers::where(int rank) const {
+  if (rank < 0 || rank >= cfg_.size) return "";
   Peer& p = at(rank);
   std::lock_guard<std::mutex> lock(p.mu);
-  if (p.addr) return strCat("rank ", rank, " (", p.addr->toString(), ")");
-  if (!p.hostHint.empty()) return strCat("rank ", rank, " (", p.hostHint, ")");
-  return strCat("rank ", rank);
-}
-
-void Peers::throwIfAborted() const {
-  std::lock_guard<std::mutex> lock(stateMu_);
-  if (aborted_) throw *aborted_;
+  if (p.addr) return strCat(" (", p.addr->toString(), ")");
+  if (!p.hostHint.empty()) return strCat(" (", p.hostHint, ")");
+  return "";
 }
 
 SockAddr Peers::addressOf(int peer, Deadline deadline) {
@@ -52,7 +52,7 @@ void Peers::adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort)
   }
   auto conn = std::make_shared<Connection>(std::move(sock), peer, sink_,
                                            static_cast<uint32_t>(cfg_.frameBytes), cfg_.inlineBytes,
-                                           strCat("connection to ", name(peer)));
+                                           strCat("connection to rank ", peer, where(peer)));
   conn->setChecksum(cfg_.checksum);
   if (cfg_.localReadBytes > 0) {
     FrameHeader tmpl;
@@ -78,27 +78,15 @@ void Peers::adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort)
     conn->start();
   }
   p.cv.notify_all();
-  // After registering: abortAll() either saw this connection or set the
-  // error before this read.
-  std::lock_guard<std::mutex> lock(stateMu_);
-  if (aborted_) conn->postAbort(abortTmpl_, *aborted_);
+  adopted_(*conn);
 }
 
 void Peers::lateGoodbye(Connection& conn) {
   FrameHeader h;
   h.group = identity_.group;
   h.src = identity_.rank;
-  std::unique_ptr<Error> aborted;
-  {
-    std::lock_guard<std::mutex> lock(stateMu_);
-    if (aborted_) aborted = std::make_unique<Error>(*aborted_);
-  }
-  if (aborted) {
-    conn.postAbort(h, *aborted);
-  } else {
-    h.type = FrameType::kClose;
-    conn.postClose(h);
-  }
+  h.type = FrameType::kClose;
+  conn.postClose(h);
   conn.start();
   Deadline limit = Deadline::after(std::chrono::milliseconds(500));
   while (!conn.sendFinished() && !limit.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -108,7 +96,7 @@ void Peers::lateGoodbye(Connection& conn) {
 void Peers::connect(int peer, Deadline deadline) {
   SockAddr addr = addressOf(peer, deadline);
   for (int i = 0; i < cfg_.nsocksPerPeer; ++i) {
-    std::string what = strCat(self_, ": connection to ", name(peer));
+    std::string what = strCat(self_, ": connection to rank ", peer, where(peer));
     Socket s = Socket::connect(addr, deadline, what);
     try {
       Deadline hs = deadline.earlier(Deadline::after(cfg_.handshakeTimeout));
@@ -131,13 +119,10 @@ std::vector<std::shared_ptr<Connection>> Peers::connectionsTo(int peer, Deadline
   };
   std::unique_lock<std::mutex> lock(p.mu);
   for (;;) {
-    lock.unlock();
-    throwIfAborted();
-    lock.lock();
     if (auto conns = live(); !conns.empty()) return conns;
     if (p.closed) {
-      lock.unlock();  // name() takes p.mu
-      throwError(ErrorKind::kRemote, self_, ": ", name(peer),
+      lock.unlock();  // where() takes p.mu
+      throwError(ErrorKind::kRemote, self_, ": rank ", peer, where(peer),
                  " has shut down its communicator (destroy_process_group or exit) "
                  "but this rank still sends to it; did the ranks run different numbers of "
                  "operations?");
@@ -147,7 +132,7 @@ std::vector<std::shared_ptr<Connection>> Peers::connectionsTo(int peer, Deadline
       p.cv.wait(lock);
     } else if (p.cv.wait_until(lock, deadline.time()) == std::cv_status::timeout) {
       lock.unlock();
-      throwError(ErrorKind::kTimeout, self_, ": timed out waiting to connect to ", name(peer));
+      throwError(ErrorKind::kTimeout, self_, ": timed out waiting to connect to rank ", peer, where(peer));
     }
   }
   p.connecting = true;
@@ -166,18 +151,17 @@ std::vector<std::shared_ptr<Connection>> Peers::connectionsTo(int peer, Deadline
   auto conns = live();
   lock.unlock();
   if (conns.empty()) {
-    throwIfAborted();
-    throwError(ErrorKind::kRemote, self_, ": the connection to ", name(peer),
+    throwError(ErrorKind::kRemote, self_, ": the connection to rank ", peer, where(peer),
                " closed right after it was opened");
   }
   return conns;
 }
 
-void Peers::postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,
+void Peers::postSend(int peer, const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,
                      const void* data, Deadline deadline) {
   std::vector<std::shared_ptr<Connection>> conns;
   try {
-    conns = connectionsTo(req->peer, deadline);
+    conns = connectionsTo(peer, deadline);
   } catch (const Error& e) {
     req->finish(&e);
     return;
@@ -187,7 +171,7 @@ void Peers::postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader&
   const size_t frames = bytes == 0 ? 1 : (bytes + frame - 1) / frame;
   req->setFrames(static_cast<int>(frames), req);
   const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t rr = at(req->peer).next.fetch_add(frames);
+  uint64_t rr = at(peer).next.fetch_add(frames);
   for (size_t i = 0; i < frames; ++i) {
     FrameHeader h = tmpl;
     h.type = FrameType::kData;
@@ -210,8 +194,7 @@ void Peers::postControl(int peer, const FrameHeader& h, Deadline deadline) {
   conns.front()->post(f);
 }
 
-bool Peers::connectionEnded(Connection& c, const Error* err) {
-  if (err != nullptr) return false;
+bool Peers::connectionEnded(Connection& c) {
   Peer& p = at(c.peer());
   bool gone = true;
   {
@@ -233,15 +216,39 @@ bool Peers::connectionEnded(Connection& c, const Error* err) {
   return gone;
 }
 
-void Peers::abortAll(const Error& e, const FrameHeader& tmpl) {
+void Peers::abortGroup(int peer, const FrameHeader& tmpl, const Error& e) {
+  Peer& p = at(peer);
+  std::vector<std::shared_ptr<Connection>> conns;
   {
-    std::lock_guard<std::mutex> lock(stateMu_);
-    if (aborted_) return;
-    aborted_ = std::make_unique<Error>(e);
-    abortTmpl_ = tmpl;
+    std::lock_guard<std::mutex> lock(p.mu);
+    conns = p.conns;
   }
-  for (auto& c : all()) c->postAbort(tmpl, e);
-  for (auto& p : peers_) p->cv.notify_all();
+  for (auto& c : conns) c->postGroupAbort(tmpl, e);
+}
+
+void Peers::drop(int peer, const FrameHeader& tmpl) {
+  Peer& p = at(peer);
+  std::vector<std::shared_ptr<Connection>> conns;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    conns.swap(p.conns);
+    p.closed = true;
+  }
+  p.cv.notify_all();
+  FrameHeader h = tmpl;
+  h.type = FrameType::kClose;
+  h.offset = static_cast<uint64_t>(
+      std::count_if(conns.begin(), conns.end(), [](const auto& c) { return !c->ended(); }));
+  for (auto& c : conns) c->postClose(h);
+  // A dead peer's socket fails at once; a live one takes the goodbye in
+  // well under this bound.
+  Deadline limit = Deadline::after(std::chrono::milliseconds(500));
+  for (auto& c : conns) {
+    while (!c->sendFinished() && !c->ended() && !limit.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  for (auto& c : conns) c->close();  // joins its threads (not under p.mu)
 }
 
 void Peers::interrupt() {
@@ -253,7 +260,7 @@ void Peers::stopAccepting() {
   accepting_ = false;
 }
 
-void Peers::closeAll(bool graceful, const FrameHeader& tmpl, Deadline grace) {
+void Peers::closeAll(bool graceful, const FrameHeader& tmpl, Deadline grace, const Error* why) {
   auto conns = all();
   if (graceful) {
     FrameHeader h = tmpl;
@@ -273,6 +280,9 @@ void Peers::closeAll(bool graceful, const FrameHeader& tmpl, Deadline grace) {
       while (!c->finished() && !grace.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   } else {
+    if (why != nullptr) {
+      for (auto& c : conns) c->postAbort(tmpl, *why);
+    }
     // Let queued ABORT frames reach the peers before the sockets go.
     for (auto& c : conns) {
       while (!c->sendFinished() && !c->ended() && !grace.expired()) {

@@ -1,4 +1,5 @@
-// Peers: one group's connections to the other ranks, by rank.
+// Peers: the connections to the other processes of a family of groups
+// (links.h), by family rank.
 //
 // Connections open lazily, on the first send to a peer (connect, then the
 // handshake proves both ends belong to the job), or arrive through the
@@ -35,47 +36,50 @@ namespace mccl {
 
 class Peers {
  public:
-  // Connections deliver their frames to `sink`. `selfName` prefixes errors.
+  // Connections deliver their frames to `sink`; `adopted` hears of each new
+  // one once it runs. `selfName` prefixes errors.
   Peers(const CommConfig& cfg, const Identity& identity, FrameSink& sink, Rendezvous& rendezvous,
-        std::string selfName);
+        std::string selfName, std::function<void(Connection&)> adopted);
 
-  // "rank 2 (10.0.0.2:41000)", or "rank 2" before anything is known of it.
-  std::string name(int rank) const;
+  // " (10.0.0.2:41000)" for `rank`'s address, or "" before anything is known.
+  std::string where(int rank) const;
 
   // An authenticated socket to `peer` (from the listener when `accepted`,
   // with the peer's listen port for messages) becomes one of its
   // connections. After stopAccepting() it is told goodbye and closed.
   void adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort = 0);
   // The live connections to `peer`, connecting first if there are none.
-  // Throws naming the peer: when the group was aborted, the peer shut down,
-  // or the connection cannot be made before `deadline`.
+  // Throws naming the peer when it shut down or the connection cannot be
+  // made before `deadline`.
   std::vector<std::shared_ptr<Connection>> connectionsTo(int peer, Deadline deadline);
   // Splits req's message (req->bytes at `data`) into frames of at most
-  // MCCL_FRAME_BYTES striped over the connections to req->peer; `tmpl`
+  // MCCL_FRAME_BYTES striped over the connections to `peer`; `tmpl`
   // carries everything but offset, length and message size. Failures
   // finish `req`.
-  void postSend(const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl, const void* data,
-                Deadline deadline);
+  void postSend(int peer, const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,
+                const void* data, Deadline deadline);
   // A frame without payload (RTS, CTS) to `peer`; throws on failure.
   void postControl(int peer, const FrameHeader& h, Deadline deadline);
 
-  // A connection ended (its receive thread): without an error, whether the
-  // peer is now gone cleanly (every connection ended, goodbyes on as many as
-  // it announced).
-  bool connectionEnded(Connection& c, const Error* err);
+  // A connection ended cleanly (its receive thread): whether the peer is
+  // now gone (every connection ended, goodbyes on as many as it announced).
+  bool connectionEnded(Connection& c);
 
-  // Fails later connects at once with `e`, and sends every connection (and
-  // each adopted later) an ABORT carrying `e`.
-  void abortAll(const Error& e, const FrameHeader& tmpl);
+  // A group's ABORT (connections stay up) to every connection of `peer`.
+  void abortGroup(int peer, const FrameHeader& tmpl, const Error& e);
+  // Says goodbye on the connections to `peer` (a CLOSE built from `tmpl`,
+  // so it sees a clean end) and closes them: it left the links' group.
+  void drop(int peer, const FrameHeader& tmpl);
   // Shuts every connection's socket so blocked transfers fail now.
   void interrupt();
   // Sockets adopted from now on are told goodbye and closed.
   void stopAccepting();
   // Graceful end: a CLOSE on every connection (each says how many
   // connections to that peer close), then waits up to `grace` for the peers'
-  // own CLOSE and EOF. Without `graceful`, waits only for queued ABORT frames
-  // to leave. Then closes every connection.
-  void closeAll(bool graceful, const FrameHeader& tmpl, Deadline grace);
+  // own CLOSE and EOF. Otherwise an ABORT carrying `why` (when given) ends
+  // every connection, and it waits only for that to leave. Then closes every
+  // connection.
+  void closeAll(bool graceful, const FrameHeader& tmpl, Deadline grace, const Error* why = nullptr);
 
   std::vector<std::shared_ptr<Connection>> all() const;
   size_t open() const;          // connections not yet ended
@@ -97,20 +101,17 @@ class Peers {
   void connect(int peer, Deadline deadline);
   // Too late to serve a connection: say why, then close it.
   void lateGoodbye(Connection& conn);
-  // Throws the group's abort error, if any.
-  void throwIfAborted() const;
 
   const CommConfig& cfg_;
   const Identity& identity_;
   FrameSink& sink_;
   Rendezvous& rendezvous_;
   const std::string self_;
+  const std::function<void(Connection&)> adopted_;
   std::vector<std::unique_ptr<Peer>> peers_;
 
   mutable std::mutex stateMu_;
   bool accepting_ = true;
-  std::unique_ptr<Error> aborted_;
-  FrameHeader abortTmpl_;
 };
 
 }  // namespace mccl

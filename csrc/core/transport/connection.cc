@@ -153,18 +153,30 @@ void Connection::postClose(const FrameHeader& h) {
   cv_.notify_one();
 }
 
-void Connection::postAbort(const FrameHeader& h, const Error& why) {
+void Connection::postAbort(const FrameHeader& h, const Error& why) { queueAbort(h, why, true); }
+
+void Connection::postGroupAbort(const FrameHeader& h, const Error& why) { queueAbort(h, why, false); }
+
+void Connection::queueAbort(const FrameHeader& h, const Error& why, bool terminal) {
   std::deque<SendFrame> dropped;
   std::vector<SendCallback*> droppedRefs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_ || stopping_ || !abortText_.empty()) return;
-    dropped.swap(queue_);
-    // A frame already partly on the wire must be finished first.
-    if (!dropped.empty() && dropped.front().sent > 0) {
-      queue_.push_back(dropped.front());
-      dropped.pop_front();
+    if (error_ || stopping_ || endingAbort_ || (!terminal && closeQueued_)) return;
+    // Frames not yet on the wire are dropped: all of them when the
+    // connection ends, else those of the aborted group. A frame already
+    // partly written must be finished first.
+    std::deque<SendFrame> kept;
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      SendFrame& f = queue_[i];
+      const bool started = i == 0 && f.sent > 0;
+      if (!started && (terminal || getLE<uint64_t>(f.header + 8) == h.group)) {
+        dropped.push_back(f);
+      } else {
+        kept.push_back(f);
+      }
     }
+    queue_.swap(kept);
     for (const auto& f : dropped) {
       if (!f.byRef) continue;
       auto it = pendingRefs_.find(getLE<uint64_t>(f.desc + 8));
@@ -172,17 +184,18 @@ void Connection::postAbort(const FrameHeader& h, const Error& why) {
       if (it->second) droppedRefs.push_back(it->second);
       pendingRefs_.erase(it);
     }
-    abortText_ = std::string(why.what()).substr(0, kMaxAbortMessage);
+    // The text lives as long as the connection: the frame points into it.
+    const std::string& text = abortTexts_.emplace_back(std::string(why.what()).substr(0, kMaxAbortMessage));
     FrameHeader a = h;
     a.type = FrameType::kAbort;
     a.slot = static_cast<uint32_t>(why.kind());  // the receiver re-raises the same kind
-    a.length = static_cast<uint32_t>(abortText_.size());
+    a.length = static_cast<uint32_t>(text.size());
     SendFrame f;
     encodeFrame(a, f.header);
-    f.payload = abortText_.data();
-    f.length = abortText_.size();
+    f.payload = text.data();
+    f.length = text.size();
     queue_.push_back(f);
-    closeQueued_ = true;
+    if (terminal) closeQueued_ = endingAbort_ = true;
   }
   cv_.notify_one();
   for (auto& f : dropped) {

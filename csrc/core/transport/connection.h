@@ -112,6 +112,10 @@ class Connection {
   // Drops every queued frame (their callbacks get `why`), sends an ABORT
   // frame carrying `why` next, then half-closes the socket.
   void postAbort(const FrameHeader& abortHeader, const Error& why);
+  // A group's failure, on a connection that outlives it (a shrunk group
+  // takes its parent's connections over): drops the queued frames of group
+  // abortHeader.group, sends an ABORT carrying `why` next, and stays up.
+  void postGroupAbort(const FrameHeader& abortHeader, const Error& why);
   // Whether the connection has ended (reported through connectionEnded).
   bool ended() const { return ended_.load(); }
   // Whether the peer announced a clean shutdown.
@@ -148,6 +152,7 @@ class Connection {
   void fill(size_t need, bool atFrameStart = false);
   void fail(const Error& e);
   void reportEnd(const Error* err);
+  void queueAbort(const FrameHeader& h, const Error& why, bool terminal);
   // The error for a failed write: the peer's goodbye if it sent one.
   Error sendFailure(const Error& e);
   // Same-host reads.
@@ -176,8 +181,9 @@ class Connection {
   std::condition_variable cv_;
   std::deque<SendFrame> queue_;
   bool closeQueued_ = false;
+  bool endingAbort_ = false;  // a terminal ABORT is queued
   bool writing_ = false;  // a thread is writing to the socket
-  std::string abortText_;  // payload of a queued ABORT frame
+  std::deque<std::string> abortTexts_;  // payloads of ABORT frames (kept: frames point into them)
   bool stopping_ = false;
   std::unique_ptr<Error> error_;  // first failure, guarded by mu_
 
