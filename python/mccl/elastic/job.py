@@ -1,0 +1,348 @@
+"""An elastic training job: members join and leave at step boundaries, a
+crash costs at most the step in flight, and nobody restarts.
+
+    job = mccl.elastic.Job("10.0.0.1:29400", job_id="vit")
+    state = mccl.elastic.State(model, optimizer, mccl.elastic.ElasticSampler(len(data), batch=32))
+    job.run(state, train_step, steps=10_000)   # train_step(ddp_model, indices) -> loss
+
+One step, on every member:
+  1. its share of the step's samples (the sampler splits what is left of the
+     epoch among the current members);
+  2. train_step: forward and backward through DDP on the current group (the
+     gradients are averaged over the members of this step);
+  3. the boundary: one small all_reduce carrying who asks to leave and (from
+     rank 0, which looks in the store) how many joiners wait;
+  4. the optimizer step, and the sampler moves on (the step is committed);
+  5. if the boundary said so, the membership changes: leavers go (the others
+     shrink the group over the connections they have: dist.shrink_group);
+     joiners come (a new process group for the new generation, then the live
+     state goes to everyone from rank 0 by MCCL broadcast).
+
+A failure in 2 or 3 (a member crashed, lost its link, or stopped
+answering): survivors check in at the store, agree on the dead set (the
+first decision written wins), shrink with SHRINK_ABORT, and redo the step.
+A survivor that had already committed the step hands its state to those that
+had not. A rank that finds itself in the dead set exits with a message.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import inspect
+import logging
+import math
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .membership import Membership
+from .state import State, broadcast_state
+
+log = logging.getLogger("mccl.elastic")
+
+
+class Excluded(RuntimeError):
+    """This process was left out of the next generation (the others decided it
+    had failed); it should exit."""
+
+
+@dataclass
+class Change:
+    """One membership change, as logged and kept in Job.history."""
+    generation: int
+    cause: str            # "start", "leave", "join", "crash", "regroup"
+    world: int
+    left: list[str] = field(default_factory=list)
+    joined: list[str] = field(default_factory=list)
+    stall_s: float = 0.0  # from the boundary (or the failure) to the new group being ready
+    state_bytes: int = 0
+    step: int = 0
+
+
+def _connect(store: str | dist.Store, timeout: timedelta) -> dist.Store:
+    if isinstance(store, dist.Store):
+        return store
+    host, _, port = store.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"mccl.elastic: store address {store!r} is not host:port")
+    return dist.TCPStore(host, int(port), is_master=False, timeout=timeout, wait_for_workers=False)
+
+
+class Job:
+    def __init__(self, store: str | dist.Store, job_id: str = "default", *, initial: int = 1,
+                 initial_wait_s: float = 10.0, crash_grace_s: float = 1.0, timeout_s: float = 120.0,
+                 check_every: int = 1, global_batch: int | None = None, member_id: str | None = None,
+                 backend: str = "mccl"):
+        """`store`: "host:port" of the job's TCPStore (mccl elastic serve), or a
+        dist.Store. `initial`: members the first generation waits for (up to
+        `initial_wait_s`). `crash_grace_s`: how long survivors of a failure
+        wait for each other to check in when the dead are not all known.
+        `check_every`: steps between boundaries that admit joiners (leaves
+        and failures are seen at every step). `global_batch`: keep the
+        samples per step constant by accumulating micro-batches (each of the
+        sampler's batch) as the world shrinks; None lets it grow and shrink
+        with the world."""
+        if initial < 1 or check_every < 1:
+            raise ValueError("mccl.elastic.Job: initial and check_every must be at least 1")
+        if crash_grace_s <= 0 or timeout_s <= 0:
+            raise ValueError("mccl.elastic.Job: crash_grace_s and timeout_s must be positive")
+        self.timeout = timedelta(seconds=timeout_s)
+        self.members = Membership(_connect(store, self.timeout), job_id)
+        self.id = member_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.initial, self.initial_wait_s = initial, initial_wait_s
+        self.crash_grace_s, self.check_every = crash_grace_s, check_every
+        self.global_batch = global_batch
+        self.backend = backend
+        self.generation = -1
+        self.record: dict = {}
+        self.history: list[Change] = []
+        self._leave = False
+        self._ddp = None
+        self._ddp_gen = -1
+        # Seconds of each recent step boundary (the small all_reduce, plus rank
+        # 0's look at the store): what a stable period pays for elasticity.
+        self.boundary_s: collections.deque = collections.deque(maxlen=1000)
+
+    # ---- membership --------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def world(self) -> int:
+        return dist.get_world_size()
+
+    def request_leave(self) -> None:
+        """Leave at the next step boundary, after this step is committed."""
+        self._leave = True
+
+    def leave_on_signals(self, signals=(signal.SIGTERM, signal.SIGINT)) -> None:
+        """SIGTERM (what the agent and launchers send) or SIGINT asks for a
+        graceful leave; a second one ends the process at once."""
+        def handler(signum, _frame):
+            if self._leave:
+                os._exit(128 + signum)
+            log.warning("mccl.elastic: %s: leaving at the next step boundary", signal.Signals(signum).name)
+            self.request_leave()
+        for s in signals:
+            signal.signal(s, handler)
+
+    def _init_group(self, n: int, rec: dict) -> None:
+        rank = rec["members"].index(self.id)
+        store = dist.PrefixStore(f"pg/{n}/", self.members.store)
+        dist.init_process_group(self.backend, store=store, rank=rank, world_size=len(rec["members"]),
+                                timeout=self.timeout)
+        self.generation, self.record = n, rec
+
+    def _publish(self, n: int, rec: dict) -> None:
+        if not self.members.publish(n, rec, self.id):
+            log.warning("mccl.elastic: generation %d was published by another member", n)
+
+    def join(self) -> None:
+        """Blocks until this process is a member (the first generation forms
+        from the first `initial` requests, or those in by `initial_wait_s`)."""
+        t0 = time.monotonic()
+        k = self.members.register(self.id)
+        if k == 1 and self.members.latest() < 0:
+            end = time.monotonic() + self.initial_wait_s
+            while self.members.requests() < self.initial and time.monotonic() < end:
+                time.sleep(0.01)
+            last = self.members.requests()
+            founders = [m for _, m in self.members.live_requests(1, last, fresh_s=30.0)]
+            self._publish(0, {"members": founders, "admitted": last, "cause": "start", "step": 0})
+        n, rec = self.members.wait_admitted(self.id, k, self.timeout)
+        self._init_group(n, rec)
+        self._note(Change(n, "start" if n == 0 else "join", len(rec["members"]),
+                          joined=[self.id], stall_s=time.monotonic() - t0, step=rec.get("step", 0)))
+
+    def _note(self, c: Change) -> None:
+        self.history.append(c)
+        log.warning("mccl.elastic: generation %d (%s): %d members%s%s; stall %.3f s%s", c.generation, c.cause,
+                    c.world, f", left {c.left}" if c.left else "", f", joined {c.joined}" if c.joined else "",
+                    c.stall_s, f", {c.state_bytes / 1e6:.1f} MB of state sent" if c.state_bytes else "")
+
+    # ---- the loop ----------------------------------------------------------
+    def micro_batches(self) -> int:
+        """Micro-batches per member per step (1 unless global_batch is set)."""
+        if self.global_batch is None:
+            return 1
+        return max(1, math.ceil(self.global_batch / (self._sampler_batch * self.world)))
+
+    def ddp(self, state: State) -> torch.nn.parallel.DistributedDataParallel:
+        """The model wrapped for this generation's group (rebuilt after a change)."""
+        if self._ddp is None or self._ddp_gen != self.generation:
+            # The old wrapper's autograd hooks reduce on the old group: it
+            # must be gone before the next backward.
+            self._ddp = None
+            gc.collect()
+            ddp = torch.nn.parallel.DistributedDataParallel
+            # Every member's model is the same already (state sync): skip DDP's
+            # own broadcast of it where torch lets us (2.6+ has init_sync).
+            kw = {"init_sync": False} if "init_sync" in inspect.signature(ddp.__init__).parameters else {}
+            self._ddp = ddp(state.model, **kw)
+            self._ddp_gen = self.generation
+        return self._ddp
+
+    def run(self, state: State, train_step, steps: int, on_step=None) -> str:
+        """Trains until state.step == steps; returns "done", or "left" after a
+        graceful leave. train_step(ddp_model, indices) does forward and
+        backward on this member's indices (a list of dataset indices) and
+        returns the loss. on_step(job, state, loss), if given, runs after each
+        committed step (logging, metrics)."""
+        self._sampler_batch = state.sampler.batch
+        if self.generation < 0:
+            self.join()
+            self._sync(state, src=0, cause=None)
+        while state.step < steps:
+            try:
+                micro = self.micro_batches()
+                idx = state.sampler.indices(self.rank, self.world, micro)
+                model = self.ddp(state)
+                chunks = [idx[i::micro] for i in range(micro)] if micro > 1 else [idx]
+                for i, part in enumerate(chunks):
+                    if i < len(chunks) - 1:
+                        with model.no_sync():
+                            train_step(model, part)
+                    else:
+                        loss = train_step(model, part)
+                tb = time.perf_counter()
+                leavers, joiners = self._boundary(state.step)
+                self.boundary_s.append(time.perf_counter() - tb)
+                state.optimizer.step()
+                state.optimizer.zero_grad(set_to_none=True)
+                state.sampler.advance(self.world, micro)
+                state.step += 1
+                if on_step is not None:
+                    on_step(self, state, loss)
+                if leavers or joiners:
+                    if self._change(state, leavers, joiners) == "left":
+                        return "left"
+            except (dist.DistBackendError, RuntimeError) as e:
+                if not self._is_comm_failure(e):
+                    raise
+                state.optimizer.zero_grad(set_to_none=True)
+                self._recover(state, e)
+        return "done"
+
+    @staticmethod
+    def _is_comm_failure(e: Exception) -> bool:
+        return isinstance(e, dist.DistBackendError) or "mccl" in str(e)
+
+    def _boundary(self, step: int) -> tuple[list[int], int]:
+        world = self.world
+        flags = torch.zeros(world + 1, dtype=torch.int64)
+        if self._leave:
+            flags[self.rank] = 1
+        if self.rank == 0 and step % self.check_every == 0:
+            flags[world] = max(0, self.members.requests() - int(self.record["admitted"]))
+        dist.all_reduce(flags)
+        return [r for r in range(world) if flags[r]], int(flags[world])
+
+    def _change(self, state: State, leavers: list[int], joiners: int) -> str:
+        t0 = time.monotonic()
+        rec, n = self.record, self.generation
+        old = list(rec["members"])
+        stay = [m for r, m in enumerate(old) if r not in leavers]
+        if not stay:
+            raise RuntimeError("mccl.elastic: every member asked to leave at once")
+        if not joiners:
+            # Every member computes the same next generation.
+            nxt = {"members": stay, "admitted": rec["admitted"], "step": state.step, "cause": "leave"}
+            if stay[0] == self.id:
+                self._publish(n + 1, nxt)
+        elif stay[0] == self.id:
+            # One member looks at the joiners (those still waiting) and
+            # publishes; the others read what it wrote.
+            admitted = int(rec["admitted"]) + joiners
+            fresh = [m for _, m in self.members.live_requests(int(rec["admitted"]) + 1, admitted, fresh_s=5.0)]
+            nxt = {"members": stay + fresh, "admitted": admitted, "step": state.step,
+                   "cause": "join" if fresh else "leave"}
+            self._publish(n + 1, nxt)
+        else:
+            self.members.store.wait([f"g/{n + 1}"], self.timeout)
+            nxt = self.members.generation(n + 1)
+        left = [old[r] for r in leavers]
+        joined = nxt["members"][len(stay):]
+        if self.rank in leavers:
+            dist.destroy_process_group()
+            self._note(Change(n + 1, nxt["cause"], len(nxt["members"]), left=left, joined=joined,
+                              stall_s=time.monotonic() - t0, step=state.step))
+            return "left"
+        if not joined:
+            # Leavers only: the same connections, renumbered (no rendezvous).
+            self._shrink(n + 1, nxt, leavers, abort=False)
+            self._note(Change(n + 1, "leave", self.world, left=left, stall_s=time.monotonic() - t0,
+                              step=state.step))
+            return "shrunk"
+        dist.destroy_process_group()
+        self._init_group(n + 1, nxt)
+        sent = self._sync(state, src=0, cause=None)
+        self._note(Change(n + 1, "join", self.world, left=left, joined=joined,
+                          stall_s=time.monotonic() - t0, state_bytes=sent, step=state.step))
+        return "joined"
+
+    def _shrink(self, n: int, nxt: dict, excluded: list[int], abort: bool) -> None:
+        """Generation n without `excluded`: the live group shrunk over its
+        own connections where torch has shrink_group (2.10+), else a new
+        group of the same members."""
+        if hasattr(dist, "shrink_group"):
+            c10d = dist.distributed_c10d
+            dist.shrink_group(excluded, shrink_flags=c10d.SHRINK_ABORT if abort else c10d.SHRINK_DEFAULT)
+            self.generation, self.record = n, nxt
+        else:
+            dist.destroy_process_group()
+            self._init_group(n, nxt)
+
+    def _sync(self, state: State, src: int, cause) -> int:
+        return broadcast_state(state, src)
+
+    def _failed_peers(self) -> list[int]:
+        try:
+            backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+            return list(getattr(backend, "failed_peers", []))
+        except Exception:  # noqa: BLE001 - no group, or not an mccl one
+            return []
+
+    def _recover(self, state: State, error: Exception) -> None:
+        t0 = time.monotonic()
+        n, world, rank = self.generation, self.world, self.rank
+        old = list(self.record["members"])
+        log.warning("mccl.elastic: generation %d failed at step %d: %s", n, state.step, str(error)[:300])
+        store = self.members.store
+        store.set(f"rec/{n}/step/{rank}", str(state.step))
+        self.members.check_in(n, rank, self._failed_peers())
+        d = self.members.decide(n, world, f"rec/{n}/step", self.crash_grace_s)
+        if rank in d["dead"]:
+            dist.destroy_process_group()
+            raise Excluded(f"mccl.elastic: {self.id} was left out of generation {n + 1}: the other members "
+                           f"did not hear from it within {self.crash_grace_s} s of the failure")
+        dead = d["dead"]
+        steps = {int(r): s for r, s in d["steps"].items()}
+        stay = [m for r, m in enumerate(old) if r not in dead]
+        nxt = {"members": stay, "admitted": self.record["admitted"], "step": max(steps.values()),
+               "cause": "crash"}
+        if dead:
+            self._shrink(n + 1, nxt, dead, abort=True)
+        else:
+            # Nobody died (a timeout, a lost link): a fresh group of the same members.
+            dist.destroy_process_group()
+            nxt["cause"] = "regroup"
+            self._init_group(n + 1, nxt)
+        if self.rank == 0:
+            self._publish(n + 1, nxt)
+        # Members that had committed the failed step hand its state over.
+        sent = 0
+        top = max(steps.values())
+        if min(steps.values()) != top:
+            src = min(stay.index(old[r]) for r, s in steps.items() if s == top)
+            sent = self._sync(state, src=src, cause="crash")
+        self._note(Change(n + 1, nxt["cause"], self.world, left=[old[r] for r in dead],
+                          stall_s=time.monotonic() - t0, state_bytes=sent, step=state.step))

@@ -1,0 +1,154 @@
+"""Who is in an elastic job, kept in the c10d store (a TCPStore on the one
+machine that stays on; ``mccl elastic serve`` starts one).
+
+Every key lives under ``mccl-elastic/<job>/``:
+
+    joinseq            counter of join requests (store.add)
+    join/<k>           request k: {"id", "host", "pid"}
+    hb/<k>             request k's heartbeat (wall clock, while it waits)
+    gen                the latest generation number, advanced by compare_set
+    claim/<n>          who writes generation n (the first compare_set wins)
+    g/<n>              generation n: {"members": [ids in rank order],
+                       "admitted": join requests handled so far, "cause", ...}
+    pg/<n>/...         the rendezvous of generation n's process group
+    rec/<n>/alive      recovery of generation n: ranks that checked in ("3,0,")
+    rec/<n>/dead       ranks a survivor saw die (its connection failed)
+    rec/<n>/decision   the dead set every survivor uses (first compare_set wins)
+
+A generation is claimed, then written (g/<n>), then ``gen`` moves to it;
+the claim and each decision key are compare_set, first writer wins, so two
+survivors can never install different worlds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+
+class Membership:
+    def __init__(self, store: dist.Store, job: str):
+        if not job or "/" in job:
+            raise ValueError(f"mccl.elastic: job name {job!r} must be non-empty without '/'")
+        self.base = store
+        self.store = dist.PrefixStore(f"mccl-elastic/{job}/", store)
+        self.job = job
+
+    # ---- raw helpers -----------------------------------------------------
+    def has(self, key: str) -> bool:
+        return self.store.check([key])
+
+    def get_json(self, key: str):
+        return json.loads(self.store.get(key).decode())
+
+    def set_json(self, key: str, value) -> None:
+        self.store.set(key, json.dumps(value))
+
+    # ---- joining ---------------------------------------------------------
+    def register(self, member_id: str) -> int:
+        """A join request; returns its number (1 for the job's first)."""
+        k = self.store.add("joinseq", 1)
+        self.set_json(f"join/{k}", {"id": member_id, "host": socket.gethostname(), "pid": os.getpid()})
+        self.heartbeat(k)
+        return k
+
+    def heartbeat(self, k: int) -> None:
+        self.store.set(f"hb/{k}", repr(time.time()))
+
+    def requests(self) -> int:
+        return self.store.add("joinseq", 0)
+
+    def live_requests(self, first: int, last: int, fresh_s: float) -> list[tuple[int, str]]:
+        """Requests first..last whose waiter still beats (others died waiting)."""
+        out = []
+        now = time.time()
+        for k in range(first, last + 1):
+            try:
+                req = self.get_json(f"join/{k}")
+                beat = float(self.store.get(f"hb/{k}").decode())
+            except Exception:  # noqa: BLE001 - a half-written request is not live
+                continue
+            if now - beat <= fresh_s:
+                out.append((k, req["id"]))
+        return out
+
+    # ---- generations -----------------------------------------------------
+    def latest(self) -> int:
+        """The newest generation, or -1 before the first."""
+        if not self.has("gen"):
+            return -1
+        return int(self.store.get("gen").decode())
+
+    def generation(self, n: int) -> dict:
+        return self.get_json(f"g/{n}")
+
+    def publish(self, n: int, record: dict, writer: str) -> bool:
+        """Claims generation n for `writer` (first claim wins), writes its
+        record, then moves ``gen`` to it. False if another writer claimed it
+        (the caller reads theirs): a record, once written, never changes."""
+        if self.store.compare_set(f"claim/{n}", "", writer).decode() != writer:
+            return False
+        self.set_json(f"g/{n}", record)
+        expected = "" if n == 0 else str(n - 1)
+        self.store.compare_set("gen", expected, str(n))
+        return True
+
+    def wait_admitted(self, member_id: str, k: int, timeout: timedelta,
+                      poll_s: float = 0.02, beat_s: float = 0.5) -> tuple[int, dict]:
+        """Blocks until a generation lists `member_id` (beating for request k)."""
+        end = time.monotonic() + timeout.total_seconds()
+        seen = -1
+        next_beat = time.monotonic() + beat_s
+        while time.monotonic() < end:
+            n = self.latest()
+            while n > seen:
+                seen += 1
+                if seen < 0 or not self.has(f"g/{seen}"):
+                    continue
+                rec = self.generation(seen)
+                if member_id in rec["members"]:
+                    return seen, rec
+            if time.monotonic() >= next_beat:
+                self.heartbeat(k)
+                next_beat = time.monotonic() + beat_s
+            time.sleep(poll_s)
+        raise TimeoutError(f"mccl.elastic: not admitted to job {self.job!r} within "
+                           f"{timeout.total_seconds():.0f} s (is a member running, or the first one?)")
+
+    # ---- recovery after a failure ---------------------------------------
+    def check_in(self, n: int, rank: int, dead: list[int]) -> None:
+        self.store.append(f"rec/{n}/alive", f"{rank},")
+        if dead:
+            self.store.append(f"rec/{n}/dead", "".join(f"{d}," for d in dead))
+
+    def _ranks(self, key: str) -> set[int]:
+        if not self.has(key):
+            return set()
+        return {int(x) for x in self.store.get(key).decode().split(",") if x}
+
+    def decide(self, n: int, world: int, steps_key: str, grace_s: float, poll_s: float = 0.005) -> dict:
+        """The dead set of generation n's failure, the same for every survivor:
+        ranks that did not check in once every rank is accounted for (checked
+        in, or seen dead by a survivor), or when `grace_s` has passed."""
+        end = time.monotonic() + grace_s
+        key = f"rec/{n}/decision"
+        while True:
+            if self.has(key):
+                return self.get_json(key)
+            alive = self._ranks(f"rec/{n}/alive")
+            dead = self._ranks(f"rec/{n}/dead") - alive
+            if len(alive) + len(dead) >= world or time.monotonic() >= end:
+                steps = {}
+                for r in alive:
+                    if self.has(f"{steps_key}/{r}"):
+                        steps[str(r)] = int(self.store.get(f"{steps_key}/{r}").decode())
+                mine = {"dead": sorted(set(range(world)) - alive), "alive": sorted(alive), "steps": steps,
+                        "waited_s": round(grace_s - max(0.0, end - time.monotonic()), 3)}
+                got = self.store.compare_set(key, "", json.dumps(mine)).decode()
+                return json.loads(got)
+            time.sleep(poll_s)

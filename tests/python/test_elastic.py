@@ -1,0 +1,237 @@
+"""mccl.elastic end to end on loopback: a job starts with 4 members, 2 join,
+1 leaves gracefully (SIGTERM), 1 is killed (SIGKILL); the final parameters
+equal a one-process replay of the same membership (same data order), and no
+sample of an epoch is dropped or repeated. Plus the sampler and the store
+protocol alone."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mccl.elastic import ElasticSampler
+from mccl.elastic.membership import Membership
+from mccl.launch import free_port
+
+WORKERS = Path(__file__).parent / "workers"
+sys.path.insert(0, str(WORKERS))
+
+
+# ---------------------------------------------------------------- sampler
+@pytest.mark.parametrize("worlds", [[4, 6, 5, 4], [1, 3, 7, 2], [5]])
+def test_sampler_covers_each_epoch_exactly_once_across_changes(worlds):
+    n, batch = 97, 4
+    s = ElasticSampler(n, batch, seed=3)
+    seen: dict[int, list[int]] = {}
+    step = 0
+    while s.state.epoch < 3:
+        w = worlds[(step // 5) % len(worlds)]  # the world changes every 5 steps
+        got = [i for r in range(w) for i in s.indices(r, w)]
+        assert len(got) == s.step_size(w)
+        seen.setdefault(s.state.epoch, []).extend(got)
+        s.advance(w)
+        step += 1
+    for epoch, idx in seen.items():
+        assert sorted(idx) == list(range(n)), f"epoch {epoch}: dropped or repeated samples"
+    # Each epoch is its own permutation; the state round-trips.
+    a, b = ElasticSampler(n, batch, seed=3), ElasticSampler(n, batch, seed=3)
+    a.advance(3)
+    b.load_state_dict(a.state_dict())
+    assert a.indices(1, 3) == b.indices(1, 3)
+
+
+def test_sampler_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        ElasticSampler(0, 4)
+    with pytest.raises(ValueError):
+        ElasticSampler(10, 4).indices(3, 3)
+
+
+# ---------------------------------------------------- generation agreement
+def _store():
+    port = free_port()
+    master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=30))
+    return master, port
+
+
+def _client(port):
+    return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+
+
+def test_survivors_agree_on_one_dead_set_under_races():
+    # 6 members; rank 4 died, rank 2 is slow to check in. Five survivors
+    # decide at once from threads: every one gets the same decision, and the
+    # slow rank, once it checks in, reads that it was left out.
+    master, port = _store()
+    world, n = 6, 3
+    results: dict[int, dict] = {}
+
+    def survivor(rank, delay, dead_seen):
+        m = Membership(_client(port), "race")
+        time.sleep(delay)
+        m.store.set(f"rec/{n}/step/{rank}", str(40 + (rank == 0)))
+        m.check_in(n, rank, dead_seen)
+        results[rank] = m.decide(n, world, f"rec/{n}/step", grace_s=0.5)
+
+    threads = [threading.Thread(target=survivor, args=(r, 0.0, [4] if r in (3, 5) else []))
+               for r in (0, 1, 3, 5)]
+    threads.append(threading.Thread(target=survivor, args=(2, 1.5, [])))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    decisions = {r: (tuple(d["dead"]), tuple(sorted(d["steps"].items()))) for r, d in results.items()}
+    assert len(set(decisions.values())) == 1, decisions
+    d = results[0]
+    assert d["dead"] == [2, 4], d  # rank 2 missed the grace period
+    assert d["steps"] == {"0": 41, "1": 40, "3": 40, "5": 40}
+    del master
+
+
+def test_generation_publish_is_first_writer_wins():
+    master, port = _store()
+    a, b = Membership(_client(port), "gen"), Membership(_client(port), "gen")
+    assert a.publish(0, {"members": ["x"], "admitted": 1}, "a")
+    assert not b.publish(0, {"members": ["y"], "admitted": 1}, "b")  # a second founder loses
+    assert a.latest() == 0 and b.generation(0)["members"] == ["x"]
+    assert a.publish(1, {"members": ["x", "z"], "admitted": 2}, "a")
+    assert not b.publish(1, {"members": ["x"], "admitted": 2}, "b")  # a member that missed generation 1
+    assert b.latest() == 1 and b.generation(1)["members"] == ["x", "z"]
+    del master
+
+
+def test_joiners_that_stop_waiting_are_not_admitted():
+    master, port = _store()
+    m = Membership(_client(port), "hb")
+    k1, k2 = m.register("alive"), m.register("gone")
+    m.store.set(f"hb/{k2}", repr(time.time() - 60))  # stopped beating a minute ago
+    assert [mid for _, mid in m.live_requests(k1, k2, fresh_s=5.0)] == ["alive"]
+    del master
+
+
+# -------------------------------------------------------------- end to end
+class Fleet:
+    def __init__(self, port: int, tmp: Path):
+        self.port, self.tmp = port, tmp
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+
+    def start(self, initial: int = 1) -> int:
+        i = len(self.procs)
+        log = self.tmp / f"worker{i}.log"
+        out = self.tmp / "final.pt"
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKERS) + os.pathsep +
+                   os.environ.get("PYTHONPATH", ""))
+        with open(log, "w") as f:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", f"127.0.0.1:{self.port}",
+                 "--initial", str(initial), "--out", str(out)],
+                stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        self.logs.append(log)
+        return i
+
+    def text(self, i: int) -> str:
+        return self.logs[i].read_text()
+
+    def commits(self) -> dict[int, set[int]]:
+        """step -> the worlds logged for it (one each, if consistent)."""
+        out: dict[int, set[int]] = {}
+        for i in range(len(self.procs)):
+            for m in re.finditer(r"COMMIT (\d+) world (\d+)", self.text(i)):
+                out.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+        return out
+
+    def wait_for(self, what, cond, timeout: float = 90.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if cond():
+                return
+            for i, p in enumerate(self.procs):
+                if p.poll() not in (None, 0, -signal.SIGKILL):
+                    raise AssertionError(f"worker {i} exited {p.returncode} waiting for {what}:\n"
+                                         f"{self.text(i)[-4000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}; logs:\n" +
+                             "\n".join(f"--- {i}\n{self.text(i)[-2500:]}" for i in range(len(self.procs))))
+
+    def latest_world(self) -> int:
+        c = self.commits()
+        return max(c[max(c)]) if c else 0
+
+    def kill_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def replay(worlds: dict[int, int], steps: int) -> dict:
+    """The job in one process: step s averages the gradients of worlds[s]
+    members, each on its share of the sampler's indices."""
+    import elastic_worker as w
+
+    net = w.model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    sampler = ElasticSampler(w.DATA, batch=w.BATCH, seed=w.SEED)
+    for s in range(steps):
+        world = worlds[s]
+        grads = [torch.zeros_like(p) for p in net.parameters()]
+        for r in range(world):
+            net.zero_grad()
+            w.loss_of(net, sampler.indices(r, world)).backward()
+            for g, p in zip(grads, net.parameters()):
+                g += p.grad / world
+        for g, p in zip(grads, net.parameters()):
+            p.grad = g
+        opt.step()
+        sampler.advance(world)
+    return net.state_dict()
+
+
+def test_job_breathes_join_leave_crash_and_matches_a_replay(tmp_path):
+    master, port = _store()
+    fleet = Fleet(port, tmp_path)
+    try:
+        for _ in range(4):
+            fleet.start(initial=4)
+        fleet.wait_for("4 members training", lambda: fleet.latest_world() == 4 and max(fleet.commits()) >= 3)
+        joiners = [fleet.start(), fleet.start()]
+        fleet.wait_for("both joiners admitted", lambda: fleet.latest_world() == 6)
+        fleet.procs[1].send_signal(signal.SIGTERM)  # a person came back to this Mac
+        fleet.wait_for("the graceful leave", lambda: fleet.latest_world() == 5 and "LEFT" in fleet.text(1))
+        os.killpg(fleet.procs[2].pid, signal.SIGKILL)  # a crash
+        fleet.wait_for("the crash recovery", lambda: fleet.latest_world() == 4)
+        stop = max(fleet.commits()) + 15
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        survivors = [0, 3, *joiners]
+        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
+        for i in survivors + [1]:
+            assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
+        commits = fleet.commits()
+        assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
+        for s, ws in commits.items():
+            assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
+        worlds = {s: ws.pop() for s, ws in commits.items()}
+        assert [worlds[s] for s in range(stop)][:3] == [4, 4, 4] and set(worlds.values()) == {4, 5, 6}
+        got = torch.load(tmp_path / "final.pt")
+        want = replay(worlds, stop)
+        for k in want:
+            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
+        log0 = fleet.text(0)
+        assert re.search(r"CHANGE gen \d+ join world 6", log0), log0[-3000:]
+        assert re.search(r"CHANGE gen \d+ leave world 5", log0), log0[-3000:]
+        assert re.search(r"CHANGE gen \d+ crash world 4", log0), log0[-3000:]
+    finally:
+        fleet.kill_all()
+        del master

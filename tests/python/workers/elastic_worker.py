@@ -1,0 +1,88 @@
+"""One member of an elastic job (tests/python/test_elastic.py drives it).
+
+A float64 MLP on a seeded synthetic dataset, SGD; every committed step is
+logged as "COMMIT <step> world <w> rank <r> gen <g>" so the test can replay
+the job's membership in one process. The job stops at the step the driver
+writes to the store key "stop_at" (every member reads it well before then)."""
+
+import argparse
+import sys
+import time
+
+import torch
+
+import mccl.elastic as elastic
+
+DATA, FEATURES, BATCH, SEED = 97, 6, 4, 1234
+SLEEP_S = 0.0  # per step: the driver needs steps slow enough to act between
+
+
+def dataset():
+    g = torch.Generator().manual_seed(SEED)
+    x = torch.randn(DATA, FEATURES, generator=g, dtype=torch.float64)
+    w = torch.randn(FEATURES, 1, generator=g, dtype=torch.float64)
+    return x, x @ w + 0.1 * torch.randn(DATA, 1, generator=g, dtype=torch.float64)
+
+
+def model():
+    torch.manual_seed(SEED)
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
+
+
+X, Y = dataset()
+
+
+def loss_of(net, idx):
+    if not idx:  # the epoch's last step may leave a member nothing
+        return net(X[:0]).sum() * 0.0
+    return torch.nn.functional.mse_loss(net(X[idx]), Y[idx])
+
+
+def train_step(net, idx):
+    time.sleep(SLEEP_S)
+    loss = loss_of(net, idx)
+    loss.backward()
+    return loss
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--store", required=True)
+    p.add_argument("--job", default="test")
+    p.add_argument("--initial", type=int, default=1)
+    p.add_argument("--sleep-ms", type=float, default=20.0)
+    p.add_argument("--out", default="")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    SLEEP_S = a.sleep_ms / 1000
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    state = elastic.State(net, opt, elastic.ElasticSampler(DATA, batch=BATCH, seed=SEED))
+    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=1.0, timeout_s=60)
+    job.leave_on_signals()
+
+    def on_step(job, state, loss):
+        print(f"COMMIT {state.step - 1} world {job.world} rank {job.rank} gen {job.generation}", flush=True)
+
+    stop_at = None
+    while True:
+        if stop_at is None and job.generation >= 0 and job.members.has("stop_at"):
+            stop_at = int(job.members.store.get("stop_at").decode())
+        if stop_at is not None and state.step >= stop_at:
+            break
+        try:
+            if job.run(state, train_step, steps=state.step + 1, on_step=on_step) == "left":
+                print("LEFT", flush=True)
+                print("WORKER OK", flush=True)
+                sys.exit(0)
+        except elastic.Excluded as e:
+            print(f"EXCLUDED {e}", flush=True)
+            sys.exit(3)
+    for c in job.history:
+        print(f"CHANGE gen {c.generation} {c.cause} world {c.world} stall {c.stall_s:.3f} "
+              f"bytes {c.state_bytes}", flush=True)
+    if job.rank == 0 and a.out:
+        torch.save({k: v.clone() for k, v in net.state_dict().items()}, a.out)
+    import torch.distributed as dist
+    dist.destroy_process_group()
+    print("WORKER OK", flush=True)
