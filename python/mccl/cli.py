@@ -11,6 +11,10 @@
     mccl doctor --netlab mccl         # one rank per lab host
     torchrun ... -m mccl.cli doctor   # across machines (each process is a rank)
     mccl plan --scaling s.json --nodes 24,100,200 --price 1.5 --local-tflops 14 --ref-tflops 19.5
+    mccl elastic serve --port 29400   # the job's store, on the machine that stays on
+    mccl elastic status --store host:29400 --job vit
+    mccl agent install --config fleet.toml   # on every Mac: lend it while its person is away
+    mccl agent check --config fleet.toml     # what the agent would do now, and why
 """
 
 from __future__ import annotations
@@ -130,6 +134,71 @@ def _plan(a) -> int:
     return 0
 
 
+def _elastic(a) -> int:
+    import datetime
+
+    import torch.distributed as dist
+
+    if a.action == "serve":
+        store = dist.TCPStore(a.host, a.port, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=60))
+        print(f"mccl elastic: store listening on {a.host}:{store.port}; jobs connect with "
+              f"--store <this machine's address>:{store.port} (Ctrl-C stops it)", flush=True)
+        try:
+            import time
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
+    from .elastic.membership import Membership
+    host, _, port = a.store.rpartition(":")
+    m = Membership(dist.TCPStore(host, int(port), is_master=False,
+                                 timeout=datetime.timedelta(seconds=10)), a.job)
+    n = m.latest()
+    if n < 0:
+        print(f"job {a.job!r}: no generation yet ({m.requests()} join requests)")
+        return 0
+    rec = m.generation(n)
+    print(f"job {a.job!r}: generation {n} ({rec.get('cause')}), {len(rec['members'])} members, "
+          f"step {rec.get('step')}; {m.requests() - int(rec['admitted'])} joiners waiting")
+    for r, mid in enumerate(rec["members"]):
+        print(f"  rank {r}: {mid}")
+    return 0
+
+
+def _agent(a) -> int:
+    import logging
+
+    from .agent import Agent, load
+    from .agent.activity import ActivityError, source_for
+    from .agent.install import install
+    from .agent.policy import Reading, decide
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    try:
+        cfg = load(a.config)
+        if a.action == "install":
+            print(install(a.config, dry_run=a.dry_run))
+            return 0
+        source = source_for(cfg.activity, cfg.activity_arg)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if a.action == "check":
+        import datetime
+        try:
+            idle, on_ac = source.read()
+        except ActivityError as e:
+            print(f"mccl agent: {e}", file=sys.stderr)
+            return 1
+        d = decide(cfg.rules, Reading(idle, on_ac, datetime.datetime.now()), running=False)
+        print(f"idle {idle:.0f} s, power {'AC' if on_ac else 'battery' if on_ac is False else 'unknown'}: "
+              f"{'would work' if d.work else 'would not work'} ({d.reason})")
+        return 0
+    Agent(cfg, source).run()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="mccl", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -205,6 +274,25 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--backward-share", type=float, default=2 / 3,
                     help="share of the one-machine step spent in backward (--validate; default 2/3)")
     pl.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("elastic", help="elastic jobs: the store they meet at, and who is in")
+    es = e.add_subparsers(dest="action", required=True)
+    sv = es.add_parser("serve", help="run the jobs' TCPStore (on the one machine that stays on)")
+    sv.add_argument("--host", default="0.0.0.0")
+    sv.add_argument("--port", type=int, default=29400)
+    est = es.add_parser("status", help="a job's current generation and members")
+    est.add_argument("--store", required=True, help="host:port of the store")
+    est.add_argument("--job", default="default")
+
+    ag = sub.add_parser("agent", help="lend this machine to the fleet while its person is away")
+    ags = ag.add_subparsers(dest="action", required=True)
+    for name, text in (("run", "the agent's loop (what the installed service runs)"),
+                       ("check", "one reading, and what the rules decide"),
+                       ("install", "a launchd agent (macOS) or systemd user service (Linux)")):
+        x = ags.add_parser(name, help=text)
+        x.add_argument("--config", required=True, help="the fleet's TOML file (see mccl.agent.config)")
+        if name == "install":
+            x.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
     return ap
 
 
@@ -217,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         return _doctor(a, argv)
     if a.command == "plan":
         return _plan(a)
+    if a.command == "elastic":
+        return _elastic(a)
+    if a.command == "agent":
+        return _agent(a)
     return 2
 
 

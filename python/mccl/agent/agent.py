@@ -1,0 +1,114 @@
+"""The idle agent: starts the fleet's worker when this machine qualifies
+(policy.py) and makes it leave the moment its person returns.
+
+Leaving is fast and unconditional: SIGTERM asks the worker to leave at its
+next step boundary (mccl.elastic.Job.leave_on_signals), and after
+``leave_deadline_s`` (default 5 s) the whole process group is killed. A
+worker that exits on its own is started again when the machine still
+qualifies, after a back-off that doubles per failure (10 s to 5 min). On
+macOS the worker runs under ``caffeinate -i -w <pid>`` so the Mac does not
+idle-sleep while it trains.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from .activity import ActivityError, Source
+from .config import AgentConfig
+from .policy import Reading, decide
+
+log = logging.getLogger("mccl.agent")
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, source: Source, now=dt.datetime.now, monotonic=time.monotonic):
+        self.cfg, self.source, self.now, self.monotonic = cfg, source, now, monotonic
+        self.proc: subprocess.Popen | None = None
+        self.keepawake: subprocess.Popen | None = None
+        self.last_idle: float | None = None
+        self.failures = 0
+        self.not_before = 0.0
+        self.events: list[str] = []
+
+    def _event(self, text: str) -> None:
+        self.events.append(text)
+        log.warning("mccl agent: %s", text)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, reason: str) -> None:
+        env = dict(os.environ, **self.cfg.env)
+        self.proc = subprocess.Popen(self.cfg.command, env=env, start_new_session=True)
+        if sys.platform == "darwin" and shutil.which("caffeinate"):
+            self.keepawake = subprocess.Popen(["caffeinate", "-i", "-w", str(self.proc.pid)])
+        self._event(f"started the worker (pid {self.proc.pid}): {reason}")
+
+    def stop(self, reason: str) -> float:
+        """Asks the worker to leave; kills it after the deadline. Returns the
+        seconds it took to be gone."""
+        p = self.proc
+        if p is None:
+            return 0.0
+        t0 = self.monotonic()
+        self._event(f"asking the worker to leave: {reason}")
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=self.cfg.leave_deadline_s)
+            how = f"left in {self.monotonic() - t0:.2f} s (exit {p.returncode})"
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+            how = f"killed after the {self.cfg.leave_deadline_s:g} s deadline"
+        self._event(f"worker {how}")
+        self.proc = None
+        return self.monotonic() - t0
+
+    def tick(self) -> None:
+        """One check: read the machine, decide, act."""
+        if self.proc is not None and self.proc.poll() is not None:
+            code = self.proc.returncode
+            self.failures = 0 if code == 0 else self.failures + 1
+            self.not_before = self.monotonic() + (min(300.0, 10.0 * 2 ** (self.failures - 1))
+                                                  if self.failures else 10.0)
+            self._event(f"the worker exited with {code}")
+            self.proc = None
+        try:
+            idle, on_ac = self.source.read()
+        except ActivityError as e:
+            # Unknown activity: the person may be there. Never start; stop.
+            if self.running():
+                self.stop(f"cannot read activity ({e})")
+            log.warning("mccl agent: %s", e)
+            return
+        d = decide(self.cfg.rules, Reading(idle, on_ac, self.now()), self.running(), self.last_idle)
+        self.last_idle = idle
+        if d.work and not self.running() and self.monotonic() >= self.not_before:
+            self.start(d.reason)
+        elif not d.work and self.running():
+            self.stop(d.reason)
+
+    def run(self) -> None:
+        def bye(signum, _frame):
+            self.stop(f"the agent got {signal.Signals(signum).name}")
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, bye)
+        signal.signal(signal.SIGINT, bye)
+        while True:
+            self.tick()
+            time.sleep(self.cfg.check_every_s)
