@@ -23,6 +23,10 @@ if ! $PY -c "import torch" 2>/dev/null; then
   say "installing torch==2.13.0 (CPU)"
   $PY -m pip install -q torch==2.13.0
 fi
+if ! $PY -c "import sys, torch; v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2]); sys.exit(v < (2, 5))"; then
+  echo "setup.sh: torch $($PY -c 'import torch; print(torch.__version__)') is older than 2.5, the oldest MCCL builds against" >&2
+  exit 1
+fi
 missing=()
 # expecttest: torch's own distributed test suite (tests/torch_suite) imports it.
 for mod in pytest numpy cmake ninja scikit_build_core expecttest; do

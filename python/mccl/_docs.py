@@ -45,7 +45,7 @@ DEVICES = [
              "(docs/benchmarks.md); not in CI (no GPU there)"),
     ("mps", "written, unverified", "NOT YET RUN ON A MAC. c10d MPS kernels (one boxed kernel per op, "
             "registered at import where torch has none) tested on Linux against the schemas of "
-            "torch 2.5, 2.7 and 2.13; the adapter's ordering (fence on PyTorch's stream from the "
+            "torch 2.5 (as in 2.7) and 2.13; the adapter's ordering (fence on PyTorch's stream from the "
             "calling thread, Shared memory in place, Private through blits on MCCL's queue) tested "
             "on Linux through a fake Metal port in both storage modes with the whole collective "
             "suite; the Metal file (csrc/torch/mps_metal.mm) is only type-checked on Linux against "

@@ -20,13 +20,29 @@ import importlib
 
 import torch
 
-# (module, function) of FSDP2's CPU implementation of each op, by op name.
+# FSDP2's package: torch.distributed.fsdp._fully_shard since torch 2.6,
+# torch.distributed._composable.fsdp in 2.5.
+_FSDP_PACKAGES = ("torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp")
+# (module, function) of FSDP2's CPU implementation of each op, by op name
+# (torch 2.5 has set_ where later ones have copy_).
 _FSDP_OPS = {
-    "all_gather_copy_in": ("torch.distributed.fsdp._fully_shard._fsdp_collectives", "all_gather_copy_in_cuda"),
-    "split_with_sizes_copy": ("torch.distributed.fsdp._fully_shard._fsdp_collectives", "split_with_sizes_copy"),
-    "chunk_cat": ("torch.distributed.fsdp._fully_shard._fsdp_collectives", "chunk_cat"),
-    "copy_": ("torch.distributed.fsdp._fully_shard._fsdp_param", "copy_"),
+    "all_gather_copy_in": ("_fsdp_collectives", "all_gather_copy_in_cuda"),
+    "split_with_sizes_copy": ("_fsdp_collectives", "split_with_sizes_copy"),
+    "chunk_cat": ("_fsdp_collectives", "chunk_cat"),
+    "copy_": ("_fsdp_param", "copy_"),
+    "set_": ("_fsdp_param", "set_"),
 }
+
+
+def _fsdp_function(module: str, name: str):
+    for package in _FSDP_PACKAGES:
+        try:
+            return getattr(importlib.import_module(f"{package}.{module}"), name, None)
+        except ImportError:
+            continue
+    return None
+
+
 _libs: list = []
 
 
@@ -36,9 +52,8 @@ def install_fsdp_kernels(dispatch_key: str = "MPS") -> list[str]:
     done = []
     lib = None
     for op, (module, fn_name) in _FSDP_OPS.items():
-        try:
-            fn = getattr(importlib.import_module(module), fn_name)
-        except (ImportError, AttributeError):
+        fn = _fsdp_function(module, fn_name)
+        if fn is None:
             continue  # a torch without FSDP2, or one that renamed it
         if not hasattr(torch.ops.fsdp, op):
             continue

@@ -12,10 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from mccl.launch import LaunchError, run
 
 WORKERS = Path(__file__).parent / "workers"
+
+# FSDP2 in torch 2.5 (torch.distributed._composable.fsdp) insists on CUDA
+# streams ("FSDP requires CUDA for streams"); CPU tensors need torch >= 2.6.
+needs_cpu_fsdp2 = pytest.mark.skipif(
+    torch.torch_version.TorchVersion(torch.__version__) < (2, 6),
+    reason="FSDP2 on CPU tensors needs torch >= 2.6 (torch 2.5's FSDP2 runs on CUDA only)")
 
 
 def run_workers(script: str, world: int, *args: str, timeout: float = 240.0,

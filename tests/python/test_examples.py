@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_cpu_fsdp2
 from mccl.launch import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ def test_vit_trains_over_mccl_and_reports_overlap():
     assert result["allreduce_s"] > 0 and result["step_nosync_s"] > 0
 
 
+@needs_cpu_fsdp2
 def test_vit_trains_with_fsdp_like_gloo():
     # FSDP2 (all-gather + reduce-scatter per block) on an odd world: the same
     # data and initial weights give the same loss over MCCL as over Gloo.

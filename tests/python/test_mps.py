@@ -52,7 +52,8 @@ def test_fake_mps_in_pieces(mode):
 def test_fsdp2_ops_get_mps_kernels():
     from mccl import _mps
     _mps.install_fsdp_kernels("MPS")
-    for op in ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat", "copy_"):
+    copy_op = "copy_" if hasattr(torch.ops.fsdp, "copy_") else "set_"  # set_ in torch 2.5
+    for op in ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat", copy_op):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fsdp::{op}", "MPS"), op
     # The MPS kernel runs FSDP2's own implementation (called here on CPU
     # tensors by dispatching straight to the MPS key).
@@ -63,7 +64,7 @@ def test_fsdp2_ops_get_mps_kernels():
     torch.ops.fsdp.chunk_cat.default(parts, 0, 2, out=want)
     assert torch.equal(got, want) and want.abs().sum() > 0
     dst = torch.zeros(3)
-    torch.ops.fsdp.copy_.default.redispatch(ks, dst, torch.tensor([1.0, 2.0, 3.0]))
+    getattr(torch.ops.fsdp, copy_op).default.redispatch(ks, dst, torch.tensor([1.0, 2.0, 3.0]))
     assert dst.tolist() == [1.0, 2.0, 3.0]
 
 

@@ -3,7 +3,7 @@ torch.distributed.checkpoint round-trips FSDP2's sharded state."""
 
 import pytest
 
-from conftest import run_workers
+from conftest import needs_cpu_fsdp2, run_workers
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -11,6 +11,7 @@ def test_ddp_parity(world):
     run_workers("ddp.py", world)
 
 
+@needs_cpu_fsdp2
 @pytest.mark.parametrize("world", [2, 3])
 def test_fsdp2_parity_and_checkpoint(world, tmp_path):
     run_workers("fsdp.py", world, str(tmp_path / "ckpt"))

@@ -72,6 +72,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=5400, help="seconds for the whole run")
     p.add_argument("--json", help="write the summary here")
     p.add_argument("-v", "--verbose", action="store_true", help="show pytest's output")
+    p.add_argument("-s", dest="no_capture", action="store_true",
+                   help="let the ranks' output through (pytest -s): what failed, also in expected failures")
     a = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="mccl-torch-suite-") as tmp:
@@ -82,6 +84,8 @@ def main(argv=None) -> int:
                f"--junitxml={xml}", "-rfE"]
         if a.keyword:
             cmd += ["-k", a.keyword]
+        if a.no_capture:
+            cmd.append("-s")
         try:
             proc = subprocess.run(cmd, env=env, cwd=HERE, timeout=a.timeout, text=True,
                                   stdout=None if a.verbose else subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -8,7 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .common import BUSBW, Progress, fmt_size, median, metadata, write_json
+from .common import BUSBW, Progress, destroy_gloo, fmt_size, median, metadata, write_json
 
 
 def _buffers(op: str, nbytes: int, world: int, rank: int, dtype: torch.dtype, device: str):
@@ -116,7 +116,7 @@ def run(args) -> list[dict]:
             _row(row, list(groups))
         prog.step(f"{op} {fmt_size(size)}")
     if "gloo" in groups:
-        dist.destroy_process_group(groups["gloo"])
+        destroy_gloo(groups["gloo"])
     if rank == 0 and args.json:
         write_json(args.json, metadata({"dtype": args.dtype, "device": args.device, "rounds": args.rounds}), records)
         print(f"# wrote {args.json}", flush=True)

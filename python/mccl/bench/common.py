@@ -102,3 +102,14 @@ class Progress:
         elif now - self.last > 10 or self.done == self.total:
             print(f"[{self.done}/{self.total}] {label}", file=sys.stderr, flush=True)
             self.last = now
+
+
+def destroy_gloo(group) -> None:
+    """Destroys a Gloo group of the comparison runs. torch < 2.8 frees a Gloo
+    group holding the GIL, while Gloo's worker may still need the GIL to free
+    a finished work's tensors: a deadlock at exit in about half the runs on
+    torch 2.5 (pytorch/pytorch#154976). Let the workers drain first, with the
+    GIL released."""
+    dist.barrier(group=group)
+    time.sleep(0.2)
+    dist.destroy_process_group(group)

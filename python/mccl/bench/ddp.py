@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .common import median, metadata, write_json
+from .common import destroy_gloo, median, metadata, write_json
 
 
 def _model(width: int, depth: int) -> torch.nn.Module:
@@ -105,7 +105,7 @@ def run(args) -> dict:
         print(f"# step time ratio gloo/mccl: {res['gloo']['step_ms'] / res['mccl']['step_ms']:.2f}x")
         if args.json:
             write_json(args.json, metadata({"mode": "ddp", "params": params}), [res])
-    dist.destroy_process_group(gloo)
+    destroy_gloo(gloo)
     return res
 
 

@@ -168,7 +168,10 @@ def main(argv=None) -> int:
     ddp = model
     if distributed and world > 1 and args.fsdp:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:  # torch 2.5: FSDP2 was torch.distributed._composable.fsdp
+            from torch.distributed._composable.fsdp import fully_shard
         mesh = init_device_mesh(dev.type, (world,))
         for blk in model.blocks:
             fully_shard(blk, mesh=mesh)

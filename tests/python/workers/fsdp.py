@@ -10,7 +10,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:  # torch 2.5: FSDP2 was torch.distributed._composable.fsdp
+    from torch.distributed._composable.fsdp import fully_shard
 
 from common import done, init
 
