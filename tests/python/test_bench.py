@@ -57,3 +57,14 @@ def test_tune_writes_the_cost_model(tmp_path):
         assert f"{key}=" in conf, conf
         assert key in text
     assert "predicted(us)" in text
+
+
+def test_elastic_mode_measures_every_change(tmp_path):
+    out = tmp_path / "e.json"
+    text = bench("elastic", "--initial", "3", "--params-mb", "2", "--step-ms", "100", "--stable-steps", "4",
+                 "--json", str(out), timeout=300)
+    for line in ("step-boundary check", "join stall", "graceful leave stall", "crash: death -> next step done"):
+        assert line in text, text
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["join_bytes"] == run["state_bytes"] > 2 * 2**20  # weights and momentum
+    assert run["crash_steps_lost"] == 0 and run["leave_stall_s"] > 0

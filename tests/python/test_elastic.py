@@ -123,8 +123,11 @@ def test_joiners_that_stop_waiting_are_not_admitted():
 
 # -------------------------------------------------------------- end to end
 class Fleet:
-    def __init__(self, port: int, tmp: Path):
-        self.port, self.tmp = port, tmp
+    """Workers of one job: local processes, or worker i on host i of a
+    network lab (the store then runs on host 0)."""
+
+    def __init__(self, store: str, tmp: Path, lab=None):
+        self.store, self.tmp, self.lab = store, tmp, lab
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
 
@@ -134,11 +137,14 @@ class Fleet:
         out = self.tmp / "final.pt"
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKERS) + os.pathsep +
                    os.environ.get("PYTHONPATH", ""))
+        cmd = [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", self.store,
+               "--initial", str(initial), "--out", str(out)]
+        if self.lab is not None:
+            cmd = self.lab.prefix(i) + cmd
+            env.update(self.lab.rank_env(i))
         with open(log, "w") as f:
-            self.procs.append(subprocess.Popen(
-                [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", f"127.0.0.1:{self.port}",
-                 "--initial", str(initial), "--out", str(out)],
-                stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            self.procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                               start_new_session=True))
         self.logs.append(log)
         return i
 
@@ -199,39 +205,98 @@ def replay(worlds: dict[int, int], steps: int) -> dict:
     return net.state_dict()
 
 
+def breathe(fleet: Fleet, tmp_path: Path, set_stop):
+    """4 members start, 2 join, 1 leaves on SIGTERM, 1 is killed; then the
+    final parameters against the replay."""
+    for _ in range(4):
+        fleet.start(initial=4)
+    fleet.wait_for("4 members training", lambda: fleet.latest_world() == 4 and max(fleet.commits()) >= 3)
+    joiners = [fleet.start(), fleet.start()]
+    fleet.wait_for("both joiners admitted", lambda: fleet.latest_world() == 6)
+    fleet.procs[1].send_signal(signal.SIGTERM)  # a person came back to this Mac
+    fleet.wait_for("the graceful leave", lambda: fleet.latest_world() == 5 and "LEFT" in fleet.text(1))
+    os.killpg(fleet.procs[2].pid, signal.SIGKILL)  # a crash
+    fleet.wait_for("the crash recovery", lambda: fleet.latest_world() == 4)
+    stop = max(fleet.commits()) + 15
+    set_stop(str(stop))
+    survivors = [0, 3, *joiners]
+    fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
+    for i in survivors + [1]:
+        assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
+    commits = fleet.commits()
+    assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
+    for s, ws in commits.items():
+        assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
+    worlds = {s: ws.pop() for s, ws in commits.items()}
+    assert [worlds[s] for s in range(stop)][:3] == [4, 4, 4] and set(worlds.values()) == {4, 5, 6}
+    got = torch.load(tmp_path / "final.pt")
+    want = replay(worlds, stop)
+    for k in want:
+        assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
+    log0 = fleet.text(0)
+    assert re.search(r"CHANGE gen \d+ join world 6", log0), log0[-3000:]
+    assert re.search(r"CHANGE gen \d+ leave world 5", log0), log0[-3000:]
+    assert re.search(r"CHANGE gen \d+ crash world 4", log0), log0[-3000:]
+
+
 def test_job_breathes_join_leave_crash_and_matches_a_replay(tmp_path):
     master, port = _store()
-    fleet = Fleet(port, tmp_path)
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
     try:
-        for _ in range(4):
-            fleet.start(initial=4)
-        fleet.wait_for("4 members training", lambda: fleet.latest_world() == 4 and max(fleet.commits()) >= 3)
-        joiners = [fleet.start(), fleet.start()]
-        fleet.wait_for("both joiners admitted", lambda: fleet.latest_world() == 6)
-        fleet.procs[1].send_signal(signal.SIGTERM)  # a person came back to this Mac
-        fleet.wait_for("the graceful leave", lambda: fleet.latest_world() == 5 and "LEFT" in fleet.text(1))
-        os.killpg(fleet.procs[2].pid, signal.SIGKILL)  # a crash
-        fleet.wait_for("the crash recovery", lambda: fleet.latest_world() == 4)
-        stop = max(fleet.commits()) + 15
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
-        survivors = [0, 3, *joiners]
-        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-        for i in survivors + [1]:
-            assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
-        commits = fleet.commits()
-        assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
-        for s, ws in commits.items():
-            assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
-        worlds = {s: ws.pop() for s, ws in commits.items()}
-        assert [worlds[s] for s in range(stop)][:3] == [4, 4, 4] and set(worlds.values()) == {4, 5, 6}
-        got = torch.load(tmp_path / "final.pt")
-        want = replay(worlds, stop)
-        for k in want:
-            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
-        log0 = fleet.text(0)
-        assert re.search(r"CHANGE gen \d+ join world 6", log0), log0[-3000:]
-        assert re.search(r"CHANGE gen \d+ leave world 5", log0), log0[-3000:]
-        assert re.search(r"CHANGE gen \d+ crash world 4", log0), log0[-3000:]
+        breathe(fleet, tmp_path, lambda v: Membership(_client(port), "test").store.set("stop_at", v))
     finally:
         fleet.kill_all()
         del master
+
+
+def test_job_breathes_on_the_network_lab(tmp_path):
+    # The same story with every member on its own host of a 6-host lab
+    # (1 Gbit/s links), the store on host 0, as a studio would run it.
+    from mccl.netlab import Lab
+    missing = Lab.requirements(goodput=False)
+    if missing:
+        pytest.skip("network lab needs " + " and ".join(missing))
+    lab = Lab.up(6, rate="1gbit", name="mccle")
+    port = 29471
+    store_proc = subprocess.Popen(lab.prefix(0) + [sys.executable, "-m", "mccl.cli", "elastic", "serve",
+                                                   "--host", lab.hosts[0].address, "--port", str(port)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    fleet = Fleet(f"{lab.hosts[0].address}:{port}", tmp_path, lab)
+    try:
+        seen = [store_proc.stdout.readline() for _ in range(1)]
+        while "listening" not in seen[-1] and len(seen) < 20 and seen[-1]:
+            seen.append(store_proc.stdout.readline())  # torch's warnings come first
+        assert "listening" in seen[-1], seen
+        # The driver reaches the store through host 0's namespace.
+        setter = _LabStore(lab, port)
+        breathe(fleet, tmp_path, lambda v: setter.set("stop_at", v))
+        setter.close()
+    finally:
+        fleet.kill_all()
+        store_proc.kill()
+        lab.down()
+
+
+class _LabStore:
+    """Sets keys of job "test" in the lab's store, from a helper that lives in
+    host 0's namespace (started early: a set then takes milliseconds)."""
+
+    CODE = ("import datetime, sys, torch.distributed as d; from mccl.elastic.membership import Membership; "
+            "s = d.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, "
+            "timeout=datetime.timedelta(seconds=20)); m = Membership(s, 'test'); print('ready', flush=True)\n"
+            "for line in sys.stdin:\n    k, v = line.split()\n    m.store.set(k, v)\n    print('ok', flush=True)")
+
+    def __init__(self, lab, port):
+        self.proc = subprocess.Popen(lab.prefix(0) + [sys.executable, "-c", self.CODE, lab.hosts[0].address,
+                                                      str(port)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        while "ready" not in self.proc.stdout.readline():
+            pass
+
+    def set(self, key, value):
+        self.proc.stdin.write(f"{key} {value}\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def close(self):
+        self.proc.kill()

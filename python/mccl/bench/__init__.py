@@ -96,6 +96,17 @@ def parser() -> argparse.ArgumentParser:
     mm.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
     mm.add_argument("--repeats", type=int, default=5)
     mm.add_argument("--json")
+    el = sub.add_parser("elastic", help="mccl.elastic: join, graceful leave and crash stalls, boundary cost")
+    el.add_argument("--netlab", metavar="NAME", help="member i on host i of this network lab, store on h0")
+    el.add_argument("--initial", type=int, default=4, help="members at the start (one more joins)")
+    el.add_argument("--params-mb", type=float, default=64.0, help="model weights in MB (float32)")
+    el.add_argument("--step-ms", type=float, default=300.0, help="emulated device time per step")
+    el.add_argument("--stable-steps", type=int, default=12, help="steps before the first change")
+    el.add_argument("--repeats", type=int, default=1)
+    el.add_argument("--job", default="bench")
+    el.add_argument("--anchor", action="store_true",
+                    help="also time torchrun's elastic restart (--nnodes MIN:MAX, Gloo) on the same hosts")
+    el.add_argument("--json", help="write every run's figures here")
     m = sub.add_parser("memory", help="peak resident memory of one all_reduce")
     _common(m)
     m.add_argument("--size", default="256M")
@@ -153,6 +164,10 @@ def main(argv=None) -> int:
     if args.mode == "scaling":
         from . import scaling
         scaling.run(args)
+        return 0
+    if args.mode == "elastic":
+        from . import elastic
+        elastic.run(args)
         return 0
     if args.mode == "scaling-report":
         from . import scaling_report

@@ -11,7 +11,9 @@ One step, on every member:
   2. train_step: forward and backward through DDP on the current group (the
      gradients are averaged over the members of this step);
   3. the boundary: one small all_reduce carrying who asks to leave and (from
-     rank 0, which looks in the store) how many joiners wait;
+     rank 0, whose thread watches the store) how many joiners wait; it is
+     issued before the step's compute and waited for here, so a stable
+     period pays almost nothing for it;
   4. the optimizer step, and the sampler moves on (the step is committed);
   5. if the boundary said so, the membership changes: leavers go (the others
      shrink the group over the connections they have: dist.shrink_group);
@@ -35,6 +37,7 @@ import math
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -110,6 +113,9 @@ class Job:
         # Seconds of each recent step boundary (the small all_reduce, plus rank
         # 0's look at the store): what a stable period pays for elasticity.
         self.boundary_s: collections.deque = collections.deque(maxlen=1000)
+        self._poller: threading.Thread | None = None
+        self._seen_requests = 0
+        self._closing = False
 
     # ---- membership --------------------------------------------------------
     @property
@@ -203,6 +209,7 @@ class Job:
             self._sync(state, src=0, cause=None)
         while state.step < steps:
             try:
+                boundary = self._boundary(state.step)
                 micro = self.micro_batches()
                 idx = state.sampler.indices(self.rank, self.world, micro)
                 model = self.ddp(state)
@@ -214,7 +221,7 @@ class Job:
                     else:
                         loss = train_step(model, part)
                 tb = time.perf_counter()
-                leavers, joiners = self._boundary(state.step)
+                leavers, joiners = boundary()
                 self.boundary_s.append(time.perf_counter() - tb)
                 state.optimizer.step()
                 state.optimizer.zero_grad(set_to_none=True)
@@ -236,15 +243,47 @@ class Job:
     def _is_comm_failure(e: Exception) -> bool:
         return isinstance(e, dist.DistBackendError) or "mccl" in str(e)
 
-    def _boundary(self, step: int) -> tuple[list[int], int]:
+    def _boundary(self, step: int):
+        """Starts the step's boundary: one small all_reduce of who asks to
+        leave and (rank 0) how many joiners wait, issued before the step's
+        compute so that it is done when the step ends. Returns a function that
+        waits for it and gives (leaver ranks, joiners)."""
         world = self.world
         flags = torch.zeros(world + 1, dtype=torch.int64)
         if self._leave:
             flags[self.rank] = 1
         if self.rank == 0 and step % self.check_every == 0:
-            flags[world] = max(0, self.members.requests() - int(self.record["admitted"]))
-        dist.all_reduce(flags)
-        return [r for r in range(world) if flags[r]], int(flags[world])
+            flags[world] = max(0, self._requests() - int(self.record["admitted"]))
+        work = dist.all_reduce(flags, async_op=True)
+
+        def result():
+            work.wait()
+            return [r for r in range(world) if flags[r]], int(flags[world])
+
+        return result
+
+    def _requests(self) -> int:
+        """Join requests so far, as rank 0 last saw them. A thread with its own
+        store connection looks every 0.2 s, so a step boundary never waits for
+        the store; where the store cannot be cloned, the boundary asks it."""
+        if self._poller is None:
+            clone = getattr(self.members.base, "clone", None)
+            if clone is None:
+                return self.members.requests()
+            watcher = Membership(clone(), self.members.job)
+            self._seen_requests = watcher.requests()
+
+            def poll():
+                while not self._closing:
+                    try:
+                        self._seen_requests = watcher.requests()
+                    except Exception:  # noqa: BLE001 - the store is away: keep the last count
+                        pass
+                    time.sleep(0.2)
+
+            self._poller = threading.Thread(target=poll, name="mccl-elastic-joins", daemon=True)
+            self._poller.start()
+        return self._seen_requests
 
     def _change(self, state: State, leavers: list[int], joiners: int) -> str:
         t0 = time.monotonic()

@@ -1,0 +1,83 @@
+"""One member of the `mccl-bench elastic` job: a model of --params-mb MB of
+float32 weights (SGD with momentum, so the live state is twice that),
+emulated device time per step (sleep, host cores stay free), and one JSON
+line per event on stdout for the orchestrator:
+
+    {"ev": "commit", "step": 12, "world": 4, "rank": 0, "t": <wall clock>}
+    {"ev": "change", "gen": 3, "cause": "join", "world": 5, "stall_s": ..., "bytes": ...}
+    {"ev": "done", "boundary_s": [...], "state_bytes": ...}
+
+It stops at the step the orchestrator writes to the store key "stop_at"."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+import mccl.elastic as elastic
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--store", required=True)
+    p.add_argument("--job", default="bench")
+    p.add_argument("--initial", type=int, default=1)
+    p.add_argument("--params-mb", type=float, default=64.0)
+    p.add_argument("--step-ms", type=float, default=300.0)
+    p.add_argument("--crash-grace-s", type=float, default=1.0)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    width = 1024
+    layers = max(1, round(a.params_mb * 2**20 / 4 / (width * width)))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
+    opt = torch.optim.SGD(net.parameters(), lr=1e-4, momentum=0.9)
+    data = 1 << 20
+    state = elastic.State(net, opt, elastic.ElasticSampler(data, batch=1, seed=0))
+    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=a.crash_grace_s, timeout_s=120)
+    job.leave_on_signals()
+    x = torch.randn(1, width)
+
+    def train_step(model, idx):
+        time.sleep(a.step_ms / 1000)
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss
+
+    def on_step(job, state, loss):
+        emit(ev="commit", step=state.step - 1, world=job.world, rank=job.rank, t=time.time())
+
+    seen = 0
+    stop_at = None
+    while True:
+        for c in job.history[seen:]:
+            emit(ev="change", gen=c.generation, cause=c.cause, world=c.world, stall_s=c.stall_s,
+                 bytes=c.state_bytes, left=c.left, joined=c.joined, t=time.time())
+        seen = len(job.history)
+        if stop_at is None and job.generation >= 0 and job.members.has("stop_at"):
+            stop_at = int(job.members.store.get("stop_at").decode())
+        if stop_at is not None and state.step >= stop_at:
+            break
+        try:
+            if job.run(state, train_step, steps=state.step + 1, on_step=on_step) == "left":
+                emit(ev="left", t=time.time())
+                return 0
+        except elastic.Excluded:
+            emit(ev="excluded", t=time.time())
+            return 3
+    emit(ev="done", boundary_s=list(job.boundary_s), state_bytes=state.nbytes(), rank=job.rank)
+    import torch.distributed as dist
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
