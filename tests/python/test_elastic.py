@@ -249,6 +249,42 @@ def test_job_breathes_join_leave_crash_and_matches_a_replay(tmp_path):
         del master
 
 
+def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
+    # Two joiners wait in the store while a member is killed: whichever the
+    # members see first, every step is logged once with one world, the job
+    # ends with the two joiners and the two survivors, and the parameters
+    # equal the replay.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    m = Membership(_client(port), "test")
+    try:
+        for _ in range(3):
+            fleet.start(initial=3)
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
+        joiners = [fleet.start(), fleet.start()]
+        fleet.wait_for("both join requests", lambda: m.requests() >= 5)
+        os.killpg(fleet.procs[2].pid, signal.SIGKILL)
+        fleet.wait_for("4 members again", lambda: fleet.latest_world() == 4 and
+                       all("COMMIT" in fleet.text(j) for j in joiners))
+        stop = max(fleet.commits()) + 15
+        m.store.set("stop_at", str(stop))
+        survivors = [0, 1, *joiners]
+        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
+        for i in survivors:
+            assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
+        commits = fleet.commits()
+        assert sorted(commits) == list(range(stop))
+        assert all(len(ws) == 1 for ws in commits.values()), commits
+        worlds = {s: ws.pop() for s, ws in commits.items()}
+        got = torch.load(tmp_path / "final.pt")
+        want = replay(worlds, stop)
+        for k in want:
+            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), k
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_job_breathes_on_the_network_lab(tmp_path):
     # The same story with every member on its own host of a 6-host lab
     # (1 Gbit/s links), the store on host 0, as a studio would run it.

@@ -44,7 +44,9 @@
 namespace mccl {
 
 constexpr uint32_t kFrameMagic = 0x4C43434Du;  // "MCCL" in memory order
-constexpr uint16_t kProtocolVersion = 2;
+// 3: an ABORT fails its group, not the connection (links.h); `src` is the
+// sender's family rank (the rank in the group that made the links).
+constexpr uint16_t kProtocolVersion = 3;
 constexpr size_t kFrameHeaderBytes = 72;
 // Hard ceiling on one frame's payload whatever MCCL_FRAME_BYTES says; frames
 // are also bounded by the receiver's configured limit.
