@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from mccl.elastic import ElasticSampler
-from mccl.elastic.membership import Membership
+from mccl.elastic.membership import KeySetter, Membership
 from mccl.launch import free_port
 
 WORKERS = Path(__file__).parent / "workers"
@@ -83,11 +83,11 @@ def test_survivors_agree_on_one_dead_set_under_races():
         time.sleep(delay)
         m.store.set(f"rec/{n}/step/{rank}", str(40 + (rank == 0)))
         m.check_in(n, rank, dead_seen)
-        results[rank] = m.decide(n, world, f"rec/{n}/step", grace_s=0.5)
+        results[rank] = m.decide(n, world, f"rec/{n}/step", grace_s=1.0)
 
     threads = [threading.Thread(target=survivor, args=(r, 0.0, [4] if r in (3, 5) else []))
                for r in (0, 1, 3, 5)]
-    threads.append(threading.Thread(target=survivor, args=(2, 1.5, [])))
+    threads.append(threading.Thread(target=survivor, args=(2, 3.0, [])))
     for t in threads:
         t.start()
     for t in threads:
@@ -304,7 +304,7 @@ def test_job_breathes_on_the_network_lab(tmp_path):
             seen.append(store_proc.stdout.readline())  # torch's warnings come first
         assert "listening" in seen[-1], seen
         # The driver reaches the store through host 0's namespace.
-        setter = _LabStore(lab, port)
+        setter = KeySetter(lab.hosts[0].address, port, "test", prefix=lab.prefix(0))
         breathe(fleet, tmp_path, lambda v: setter.set("stop_at", v))
         setter.close()
     finally:
@@ -313,26 +313,3 @@ def test_job_breathes_on_the_network_lab(tmp_path):
         lab.down()
 
 
-class _LabStore:
-    """Sets keys of job "test" in the lab's store, from a helper that lives in
-    host 0's namespace (started early: a set then takes milliseconds)."""
-
-    CODE = ("import datetime, sys, torch.distributed as d; from mccl.elastic.membership import Membership; "
-            "s = d.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, "
-            "timeout=datetime.timedelta(seconds=20)); m = Membership(s, 'test'); print('ready', flush=True)\n"
-            "for line in sys.stdin:\n    k, v = line.split()\n    m.store.set(k, v)\n    print('ok', flush=True)")
-
-    def __init__(self, lab, port):
-        self.proc = subprocess.Popen(lab.prefix(0) + [sys.executable, "-c", self.CODE, lab.hosts[0].address,
-                                                      str(port)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        while "ready" not in self.proc.stdout.readline():
-            pass
-
-    def set(self, key, value):
-        self.proc.stdin.write(f"{key} {value}\n")
-        self.proc.stdin.flush()
-        assert self.proc.stdout.readline().strip() == "ok"
-
-    def close(self):
-        self.proc.kill()

@@ -105,11 +105,11 @@ class Run:
             time.sleep(0.02)
         raise RuntimeError(f"mccl-bench elastic: timed out waiting for {what}")
 
-    def stop(self, at_step: int, store: str) -> None:
-        import torch.distributed as dist
+    def setter(self, store: str):
+        """A helper that sets the job's keys (from host 0's namespace on a lab)."""
+        from ..elastic.membership import KeySetter
         host, _, port = store.rpartition(":")
-        s = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=30))
-        dist.PrefixStore(f"mccl-elastic/{self.args.job}/", s).set("stop_at", str(at_step))
+        return KeySetter(host, int(port), self.args.job, prefix=self.lab.prefix(0) if self.lab else None)
 
     def close(self) -> None:
         for p in self.procs:
@@ -126,6 +126,7 @@ def one_run(args, lab, goodput_GBps: float | None) -> dict:
     r = Run(args, lab)
     try:
         store = r.start_store()
+        setter = r.setter(store)
         members = [r.start_member(store, h) for h in range(args.initial)]
         r.wait("the first generation", lambda: r.max_step() >= args.stable_steps)
         r.start_member(store, args.initial)
@@ -140,7 +141,8 @@ def one_run(args, lab, goodput_GBps: float | None) -> dict:
         os.killpg(r.procs[members[2]].pid, signal.SIGKILL)
         r.wait("the crash recovery", lambda: r.world() == args.initial - 1)
         r.wait("steps after the crash", lambda: r.max_step() >= before + 3)
-        r.stop(r.max_step() + 5, store)
+        setter.set("stop_at", str(r.max_step() + 5))
+        setter.close()
         alive = [i for i in range(len(r.procs)) if i not in (members[1], members[2])]
         r.wait("the end", lambda: all(r.procs[i].poll() is not None for i in alive) or
                all(r.events("done", [i]) for i in alive), timeout=120)
@@ -158,6 +160,7 @@ def one_run(args, lab, goodput_GBps: float | None) -> dict:
             "step_s": statistics.median(stable) if stable else None,
             "boundary_s": statistics.median(done0["boundary_s"]),
             "join_stall_s": ch["join"]["stall_s"], "join_bytes": ch["join"]["bytes"],
+            "join_parts": ch["join"].get("parts", {}),
             "join_floor_s": state_bytes / (goodput_GBps * 1e9) if goodput_GBps else None,
             "leave_stall_s": ch["leave"]["stall_s"],
             "crash_to_next_step_s": first_after["t"] - t_kill,
@@ -187,7 +190,7 @@ def run(args) -> None:
         row = one_run(args, lab, goodput)
         rows.append(row)
         print(f"# run {i + 1}: " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
-                                                 for k, v in row.items()}), flush=True)
+                                                 for k, v in row.items()}, default=str), flush=True)
 
     def med(k):
         vals = [r[k] for r in rows if r[k] is not None]

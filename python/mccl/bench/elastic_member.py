@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     while True:
         for c in job.history[seen:]:
             emit(ev="change", gen=c.generation, cause=c.cause, world=c.world, stall_s=c.stall_s,
-                 bytes=c.state_bytes, left=c.left, joined=c.joined, t=time.time())
+                 bytes=c.state_bytes, left=c.left, joined=c.joined, parts=c.parts, t=time.time())
         seen = len(job.history)
         if stop_at is None and job.generation >= 0 and job.members.has("stop_at"):
             stop_at = int(job.members.store.get("stop_at").decode())

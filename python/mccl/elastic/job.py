@@ -68,6 +68,7 @@ class Change:
     stall_s: float = 0.0  # from the boundary (or the failure) to the new group being ready
     state_bytes: int = 0
     step: int = 0
+    parts: dict = field(default_factory=dict)  # where the stall went (seconds)
 
 
 def _connect(store: str | dist.Store, timeout: timedelta) -> dist.Store:
@@ -206,7 +207,7 @@ class Job:
         self._sampler_batch = state.sampler.batch
         if self.generation < 0:
             self.join()
-            self._sync(state, src=0, cause=None)
+            self._sync(state, src=0, load=True)
         while state.step < steps:
             try:
                 boundary = self._boundary(state.step)
@@ -321,11 +322,17 @@ class Job:
             self._note(Change(n + 1, "leave", self.world, left=left, stall_s=time.monotonic() - t0,
                               step=state.step))
             return "shrunk"
+        t1 = time.monotonic()
         dist.destroy_process_group()
+        t2 = time.monotonic()
         self._init_group(n + 1, nxt)
-        sent = self._sync(state, src=0, cause=None)
-        self._note(Change(n + 1, "join", self.world, left=left, joined=joined,
-                          stall_s=time.monotonic() - t0, state_bytes=sent, step=state.step))
+        t3 = time.monotonic()
+        sent = self._sync(state, src=0, load=False)  # members hold the state already
+        t4 = time.monotonic()
+        self._note(Change(n + 1, "join", self.world, left=left, joined=joined, stall_s=t4 - t0,
+                          state_bytes=sent, step=state.step,
+                          parts={"agree_s": t1 - t0, "old_group_s": t2 - t1, "new_group_s": t3 - t2,
+                                 "state_s": t4 - t3}))
         return "joined"
 
     def _shrink(self, n: int, nxt: dict, excluded: list[int], abort: bool) -> None:
@@ -340,8 +347,8 @@ class Job:
             dist.destroy_process_group()
             self._init_group(n, nxt)
 
-    def _sync(self, state: State, src: int, cause) -> int:
-        return broadcast_state(state, src)
+    def _sync(self, state: State, src: int, load: bool) -> int:
+        return broadcast_state(state, src, load=load)
 
     def _failed_peers(self) -> list[int]:
         try:
@@ -382,6 +389,6 @@ class Job:
         top = max(steps.values())
         if min(steps.values()) != top:
             src = min(stay.index(old[r]) for r, s in steps.items() if s == top)
-            sent = self._sync(state, src=src, cause="crash")
+            sent = self._sync(state, src=src, load=steps[rank] != top)
         self._note(Change(n + 1, nxt["cause"], self.world, left=[old[r] for r in dead],
                           stall_s=time.monotonic() - t0, state_bytes=sent, step=state.step))

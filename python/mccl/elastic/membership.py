@@ -152,3 +152,43 @@ class Membership:
                 got = self.store.compare_set(key, "", json.dumps(mine)).decode()
                 return json.loads(got)
             time.sleep(poll_s)
+
+
+class KeySetter:
+    """Sets keys of a job's store from a helper process started once under
+    `prefix` (e.g. ``ip netns exec`` into the store's network namespace, for
+    a driver that cannot reach it directly); a set then takes milliseconds,
+    not a Python start-up. Used by tests and benchmarks that steer a job."""
+
+    _CODE = ("import datetime, sys, torch.distributed as d\n"
+             "from mccl.elastic.membership import Membership\n"
+             "s = d.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=datetime.timedelta(seconds=30))\n"
+             "m = Membership(s, sys.argv[3])\n"
+             "print('ready', flush=True)\n"
+             "for line in sys.stdin:\n"
+             "    k, v = line.split()\n"
+             "    m.store.set(k, v)\n"
+             "    print('ok', flush=True)\n")
+
+    def __init__(self, host: str, port: int, job: str, prefix: list[str] | None = None):
+        import subprocess
+        import sys
+        self.proc = subprocess.Popen(list(prefix or []) + [sys.executable, "-c", self._CODE, host, str(port), job],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(50):  # torch may warn before the helper is ready
+            line = self.proc.stdout.readline()
+            if not line or "ready" in line:
+                break
+        if "ready" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"mccl.elastic: cannot reach the store at {host}:{port}")
+
+    def set(self, key: str, value: str) -> None:
+        self.proc.stdin.write(f"{key} {value}\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "ok":
+            raise RuntimeError(f"mccl.elastic: setting {key} in the store failed")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()

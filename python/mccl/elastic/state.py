@@ -83,8 +83,9 @@ def _join(obj, tensors):
     return obj
 
 
-def broadcast_state(state: State, src: int, group=None) -> int:
-    """Makes every rank's `state` equal to rank `src`'s; returns the bytes of
+def broadcast_state(state: State, src: int, group=None, load: bool = True) -> int:
+    """Makes every rank's `state` equal to rank `src`'s (a rank whose state is
+    equal already passes load=False and only relays); returns the bytes of
     tensor data sent."""
     rank = dist.get_rank(group)
     tensors: list[torch.Tensor] = []
@@ -113,9 +114,12 @@ def broadcast_state(state: State, src: int, group=None) -> int:
             dist.broadcast(flat, src=dist.get_global_rank(group, src) if group is not None else src,
                            group=group)
         sent += flat.numel() * flat.element_size()
-        for i, part in zip(idx, torch.split(flat, numels)):
-            shape, _, device = specs[i]
-            out[i] = part.view(shape).clone().to(device)
-    if rank != src:
+        if rank != src and load:
+            # Views of the received buffer: load_state_dict copies them into
+            # the model (one copy, not two).
+            for i, part in zip(idx, torch.split(flat, numels)):
+                shape, _, device = specs[i]
+                out[i] = part.view(shape).to(device)
+    if rank != src and load:
         state.load_state_dict(_join(skeleton, out))
     return sent
