@@ -126,8 +126,9 @@ class Fleet:
     """Workers of one job: local processes, or worker i on host i of a
     network lab (the store then runs on host 0)."""
 
-    def __init__(self, store: str, tmp: Path, lab=None):
+    def __init__(self, store: str, tmp: Path, lab=None, extra: list[str] | None = None):
         self.store, self.tmp, self.lab = store, tmp, lab
+        self.extra = list(extra or [])
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
 
@@ -138,7 +139,7 @@ class Fleet:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKERS) + os.pathsep +
                    os.environ.get("PYTHONPATH", ""))
         cmd = [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", self.store,
-               "--initial", str(initial), "--out", str(out)]
+               "--initial", str(initial), "--out", str(out), *self.extra]
         if self.lab is not None:
             cmd = self.lab.prefix(i) + cmd
             env.update(self.lab.rank_env(i))
@@ -182,13 +183,13 @@ class Fleet:
                 os.killpg(p.pid, signal.SIGKILL)
 
 
-def replay(worlds: dict[int, int], steps: int) -> dict:
+def replay(worlds: dict[int, int], steps: int, momentum: float = 0.0) -> dict:
     """The job in one process: step s averages the gradients of worlds[s]
     members, each on its share of the sampler's indices."""
     import elastic_worker as w
 
     net = w.model()
-    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=momentum)
     sampler = ElasticSampler(w.DATA, batch=w.BATCH, seed=w.SEED)
     for s in range(steps):
         world = worlds[s]
@@ -313,3 +314,79 @@ def test_job_breathes_on_the_network_lab(tmp_path):
         lab.down()
 
 
+
+
+def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path):
+    # FSDP2 (ShardedState): 3 members start, 1 joins (the state is gathered
+    # and resharded 3 -> 4), 1 leaves on SIGTERM (4 -> 3), 1 is killed (the
+    # survivors roll back to the last checkpoint, resharded 3 -> 2). A step
+    # redone after the roll-back counts in its last generation; the final
+    # parameters (with momentum) equal the replay of those worlds.
+    import elastic_worker as w
+
+    master, port = _store()
+    ckpt = tmp_path / "ckpt"
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--fsdp", str(ckpt), "--checkpoint-every", "6"])
+    m = Membership(_client(port), "test")
+
+    def last_gen_worlds() -> dict[int, set[int]]:
+        best: dict[int, tuple[int, set[int]]] = {}
+        for i in range(len(fleet.procs)):
+            for mt in re.finditer(r"COMMIT (\d+) world (\d+) rank \d+ gen (\d+)", fleet.text(i)):
+                s, world, gen = (int(g) for g in mt.groups())
+                g0, ws = best.get(s, (-1, set()))
+                if gen > g0:
+                    best[s] = (gen, {world})
+                elif gen == g0:
+                    ws.add(world)
+        return {s: ws for s, (_, ws) in best.items()}
+
+    def latest_world() -> int:
+        c = last_gen_worlds()
+        return max(c[max(c)]) if c else 0
+
+    try:
+        for _ in range(3):
+            fleet.start(initial=3)
+        fleet.wait_for("3 members training", lambda: latest_world() == 3 and max(last_gen_worlds()) >= 8)
+        joiner = fleet.start()
+        fleet.wait_for("the joiner admitted", lambda: latest_world() == 4)
+        fleet.procs[1].send_signal(signal.SIGTERM)
+        fleet.wait_for("the graceful leave", lambda: latest_world() == 3 and "LEFT" in fleet.text(1))
+        left_at = max(last_gen_worlds())
+
+        def checkpoint_step() -> int:
+            try:
+                return int((ckpt / "latest").read_text().strip().removeprefix("step-"))
+            except (OSError, ValueError):
+                return -1
+        # The crash must not roll back past the leave (then every world-4 step
+        # would be redone): wait for a checkpoint after it, and a step more.
+        fleet.wait_for("a checkpoint after the leave", lambda: checkpoint_step() > left_at + 1 and
+                       max(last_gen_worlds()) > checkpoint_step())
+        os.killpg(fleet.procs[2].pid, signal.SIGKILL)
+        fleet.wait_for("the crash recovery", lambda: latest_world() == 2)
+        stop = max(last_gen_worlds()) + 10
+        m.store.set("stop_at", str(stop))
+        survivors = [0, joiner]
+        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
+        for i in survivors + [1]:
+            assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
+        commits = last_gen_worlds()
+        assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
+        for s, ws in commits.items():
+            assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
+        worlds = {s: ws.pop() for s, ws in commits.items()}
+        assert set(worlds.values()) == {2, 3, 4}, worlds
+        log0 = fleet.text(0)
+        assert re.search(r"CHANGE gen \d+ join world 4 stall \S+ bytes [1-9]", log0), log0[-3000:]
+        assert re.search(r"CHANGE gen \d+ leave world 3 stall \S+ bytes [1-9]", log0), log0[-3000:]
+        assert re.search(r"CHANGE gen \d+ crash world 2", log0), log0[-3000:]
+        assert re.search(r"rolled back \d+ step\(s\) to the checkpoint of step \d+", log0), log0[-3000:]
+        got = torch.load(tmp_path / "final.pt")
+        want = replay(worlds, stop, momentum=w.MOMENTUM)
+        for k in want:
+            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
+    finally:
+        fleet.kill_all()
+        del master

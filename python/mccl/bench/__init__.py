@@ -106,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
     el.add_argument("--job", default="bench")
     el.add_argument("--anchor", action="store_true",
                     help="also time torchrun's elastic restart (--nnodes MIN:MAX, Gloo) on the same hosts")
+    el.add_argument("--anchor-timeout-s", type=float, default=600.0,
+                    help="give up on a torchrun phase after this long (the error shows each host's log)")
     el.add_argument("--json", help="write every run's figures here")
     m = sub.add_parser("memory", help="peak resident memory of one all_reduce")
     _common(m)

@@ -226,6 +226,30 @@ def run(args) -> None:
                        "runs": rows, "torchrun": anchors}, f, indent=1)
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL to pid and every process below it (torchrun starts its
+    workers in sessions of their own, so a process group is not enough)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    todo, tree = [pid], []
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def anchor(args, lab) -> dict:
     """torchrun --nnodes MIN:MAX with Gloo on the same hosts: one host killed."""
     import tempfile
@@ -237,14 +261,20 @@ def anchor(args, lab) -> dict:
         for h in range(n):
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={n - 1}:{n}", "--nproc_per_node=1",
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", "--rdzv_id=anchor",
-                   "--monitor_interval=0.5", "--max_restarts=3", "-m", "mccl.bench.elastic_anchor",
+                   "--monitor_interval=0.5", "--max_restarts=3",
+                   # Host 0 holds the rendezvous store; torchrun cannot tell by
+                   # its address inside a lab's namespace, so say so.
+                   f"--rdzv_conf=is_host={int(h == 0)}", "-m", "mccl.bench.elastic_anchor",
                    "--ckpt", ckpt, "--params-mb", str(args.params_mb), "--step-ms", str(args.step_ms)]
             env = dict(os.environ, OMP_NUM_THREADS="1")
             if lab is not None:
-                cmd = lab.prefix(h) + cmd
+                # Every namespace has the machine's hostname: agents advertise
+                # their lab address (the workers' MASTER_ADDR comes from it).
+                cmd = lab.prefix(h) + cmd[:3] + [f"--local_addr={lab.hosts[h].address}"] + cmd[3:]
                 env["GLOO_SOCKET_IFNAME"] = "eth0"
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                                 start_new_session=True)
+            with open(os.path.join(ckpt, f"torchrun{h}.log"), "w") as err:
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                     start_new_session=True)
             os.set_blocking(p.stdout.fileno(), False)
             procs.append(p)
             lines.append([])
@@ -261,14 +291,18 @@ def anchor(args, lab) -> dict:
                     if line.startswith("{"):
                         lines[i].append(json.loads(line))
 
-        def wait(what, cond, timeout=600.0):
+        def wait(what, cond, timeout=float(args.anchor_timeout_s)):
             end = time.monotonic() + timeout
             while time.monotonic() < end:
                 poll()
                 if cond():
                     return
                 time.sleep(0.05)
-            raise RuntimeError(f"mccl-bench elastic --anchor: timed out waiting for {what}")
+            tails = []
+            for h in range(len(procs)):
+                with open(os.path.join(ckpt, f"torchrun{h}.log")) as f:
+                    tails.append(f"--- host {h}\n" + "".join(f.readlines()[-15:]))
+            raise RuntimeError(f"mccl-bench elastic --anchor: timed out waiting for {what}\n" + "\n".join(tails))
 
         def steps(i):
             return [e for e in lines[i] if e["ev"] == "commit"]
@@ -278,7 +312,7 @@ def anchor(args, lab) -> dict:
         poll()
         at_kill = max(e["step"] for e in steps(0))
         t_kill = time.time()
-        os.killpg(procs[victim].pid, signal.SIGKILL)
+        _kill_tree(procs[victim].pid)  # the host dies: its agent and its worker
         wait("the restarted workers' next step",
              lambda: any(e["t"] > t_kill and e["world"] == n - 1 for e in steps(0)))
         first = min((e for e in steps(0) if e["t"] > t_kill and e["world"] == n - 1), key=lambda e: e["t"])

@@ -32,7 +32,19 @@ def worker(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10_000)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    # torchrun's c10d rendezvous hands every round's workers the same store
+    # (TORCHELASTIC_USE_AGENT_STORE), and Gloo's keys of a round that died are
+    # still in it: restarted workers dial dead addresses. A prefix per restart
+    # (every agent restarts together, so the counts agree) keeps rounds apart.
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        import datetime
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=datetime.timedelta(seconds=300))
+        store = dist.PrefixStore(f"mccl-anchor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+        dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]))
+    else:
+        dist.init_process_group("gloo")
     width = 1024
     layers = max(1, round(a.params_mb * 2**20 / 4 / (width * width)))
     torch.manual_seed(0)

@@ -30,6 +30,7 @@ had not. A rank that finds itself in the dead set exits with a message.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import inspect
 import logging
@@ -50,6 +51,28 @@ from .membership import Membership
 from .state import State, broadcast_state
 
 log = logging.getLogger("mccl.elastic")
+
+try:
+    from torch.distributed.checkpoint.api import CheckpointException as _CheckpointException
+except ImportError:  # pragma: no cover - every torch we support has it
+    class _CheckpointException(Exception):
+        pass
+
+
+def _no_sync(model):
+    """Gradients of a micro-batch stay local: DDP's no_sync(), or FSDP2's
+    set_requires_gradient_sync(False) for the block."""
+    if hasattr(model, "no_sync"):
+        return model.no_sync()
+
+    @contextlib.contextmanager
+    def fsdp():
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    return fsdp()
 
 
 class Excluded(RuntimeError):
@@ -183,6 +206,11 @@ class Job:
             return 1
         return max(1, math.ceil(self.global_batch / (self._sampler_batch * self.world)))
 
+    def model(self, state):
+        """The model train_step gets: DDP around state.model for this
+        generation's group, or the FSDP2 model of a ShardedState."""
+        return state.model if state.sharded else self.ddp(state)
+
     def ddp(self, state: State) -> torch.nn.parallel.DistributedDataParallel:
         """The model wrapped for this generation's group (rebuilt after a change)."""
         if self._ddp is None or self._ddp_gen != self.generation:
@@ -207,17 +235,22 @@ class Job:
         self._sampler_batch = state.sampler.batch
         if self.generation < 0:
             self.join()
-            self._sync(state, src=0, load=True)
+            if state.sharded:
+                state.rebuild(state.initial() if self.generation == 0 and self.rank == 0 else None)
+            else:
+                self._sync(state, src=0, load=True)
         while state.step < steps:
             try:
+                if state.sharded and state.checkpoint_due():
+                    state.save()
                 boundary = self._boundary(state.step)
                 micro = self.micro_batches()
                 idx = state.sampler.indices(self.rank, self.world, micro)
-                model = self.ddp(state)
+                model = self.model(state)
                 chunks = [idx[i::micro] for i in range(micro)] if micro > 1 else [idx]
                 for i, part in enumerate(chunks):
                     if i < len(chunks) - 1:
-                        with model.no_sync():
+                        with _no_sync(model):
                             train_step(model, part)
                     else:
                         loss = train_step(model, part)
@@ -233,15 +266,21 @@ class Job:
                 if leavers or joiners:
                     if self._change(state, leavers, joiners) == "left":
                         return "left"
-            except (dist.DistBackendError, RuntimeError) as e:
+            except (dist.DistBackendError, RuntimeError, _CheckpointException) as e:
                 if not self._is_comm_failure(e):
                     raise
-                state.optimizer.zero_grad(set_to_none=True)
+                if state.optimizer is not None:
+                    state.optimizer.zero_grad(set_to_none=True)
                 self._recover(state, e)
         return "done"
 
     @staticmethod
-    def _is_comm_failure(e: Exception) -> bool:
+    def _is_comm_failure(e: BaseException) -> bool:
+        # torch.distributed.checkpoint reports a rank's failure inside its own
+        # CheckpointException (one entry per failed rank).
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            return any(Job._is_comm_failure(f) for f in failures.values() if isinstance(f, BaseException))
         return isinstance(e, dist.DistBackendError) or "mccl" in str(e)
 
     def _boundary(self, step: int):
@@ -311,6 +350,9 @@ class Job:
             nxt = self.members.generation(n + 1)
         left = [old[r] for r in leavers]
         joined = nxt["members"][len(stay):]
+        # A sharded state is whole nowhere: gather it (leavers too) to the
+        # member that will be rank 0 of the next generation.
+        full = state.gather(dst=old.index(stay[0])) if state.sharded else None
         if self.rank in leavers:
             dist.destroy_process_group()
             self._note(Change(n + 1, nxt["cause"], len(nxt["members"]), left=left, joined=joined,
@@ -319,15 +361,17 @@ class Job:
         if not joined:
             # Leavers only: the same connections, renumbered (no rendezvous).
             self._shrink(n + 1, nxt, leavers, abort=False)
+            sent = state.rebuild(full) if state.sharded else 0
             self._note(Change(n + 1, "leave", self.world, left=left, stall_s=time.monotonic() - t0,
-                              step=state.step))
+                              state_bytes=sent, step=state.step))
             return "shrunk"
         t1 = time.monotonic()
         dist.destroy_process_group()
         t2 = time.monotonic()
         self._init_group(n + 1, nxt)
         t3 = time.monotonic()
-        sent = self._sync(state, src=0, load=False)  # members hold the state already
+        # Members hold the state already: they relay it (DDP) or reshard it.
+        sent = state.rebuild(full) if state.sharded else self._sync(state, src=0, load=False)
         t4 = time.monotonic()
         self._note(Change(n + 1, "join", self.world, left=left, joined=joined, stall_s=t4 - t0,
                           state_bytes=sent, step=state.step,
@@ -384,10 +428,14 @@ class Job:
             self._init_group(n + 1, nxt)
         if self.rank == 0:
             self._publish(n + 1, nxt)
-        # Members that had committed the failed step hand its state over.
+        # Members that had committed the failed step hand its state over; a
+        # sharded state lost the dead member's shards: back to its checkpoint.
         sent = 0
         top = max(steps.values())
-        if min(steps.values()) != top:
+        if state.sharded:
+            lost = state.restore()
+            log.warning("mccl.elastic: rolled back %d step(s) to the checkpoint of step %d", lost, state.step)
+        elif min(steps.values()) != top:
             src = min(stay.index(old[r]) for r, s in steps.items() if s == top)
             sent = self._sync(state, src=src, load=steps[rank] != top)
         self._note(Change(n + 1, nxt["cause"], self.world, left=[old[r] for r in dead],

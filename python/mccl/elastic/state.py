@@ -18,6 +18,8 @@ from .sampler import ElasticSampler
 
 
 class State:
+    sharded = False  # every member holds the whole state (DDP)
+
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sampler: ElasticSampler,
                  extra: dict | None = None):
         self.model, self.optimizer, self.sampler = model, optimizer, sampler
@@ -123,3 +125,52 @@ def broadcast_state(state: State, src: int, group=None, load: bool = True) -> in
     if rank != src and load:
         state.load_state_dict(_join(skeleton, out))
     return sent
+
+
+def tensor_bytes(obj) -> int:
+    """Bytes of the tensor data in a nested structure of dicts, lists and tuples."""
+    tensors: list[torch.Tensor] = []
+    _split(obj, tensors.append)
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _flat(tensors: list[torch.Tensor], idx: list[int], dtype: torch.dtype) -> torch.Tensor:
+    if not idx:
+        return torch.empty(0, dtype=dtype)
+    return torch.cat([tensors[i].detach().reshape(-1).to("cpu") for i in idx])
+
+
+def _by_dtype(specs) -> dict:
+    out: dict = {}
+    for i, (_, dtype, _) in enumerate(specs):
+        out.setdefault(dtype, []).append(i)
+    return out
+
+
+def send_tree(obj, dst: int) -> None:
+    """Sends a nested structure with tensors to rank `dst` (recv_tree there):
+    the structure by send_object_list, the tensors as one buffer per dtype.
+    Tensors arrive on the CPU."""
+    tensors: list[torch.Tensor] = []
+    skeleton = _split(obj, tensors.append)
+    specs = [(tuple(t.shape), t.dtype, "cpu") for t in tensors]
+    dist.send_object_list([(skeleton, specs)], dst=dst)
+    for dtype, idx in _by_dtype(specs).items():
+        flat = _flat(tensors, idx, dtype)
+        if flat.numel() > 0:
+            dist.send(flat, dst=dst)
+
+
+def recv_tree(src: int):
+    box = [None]
+    dist.recv_object_list(box, src=src)
+    skeleton, specs = box[0]
+    out: list[torch.Tensor | None] = [None] * len(specs)
+    for dtype, idx in _by_dtype(specs).items():
+        numels = [int(torch.Size(specs[i][0]).numel()) for i in idx]
+        flat = torch.empty(sum(numels), dtype=dtype)
+        if flat.numel() > 0:
+            dist.recv(flat, src=src)
+        for i, part in zip(idx, torch.split(flat, numels)):
+            out[i] = part.view(specs[i][0])
+    return _join(skeleton, out)

@@ -14,6 +14,7 @@ import torch
 import mccl.elastic as elastic
 
 DATA, FEATURES, BATCH, SEED = 97, 6, 4, 1234
+MOMENTUM = 0.5  # FSDP runs: the optimizer has state to reshard
 SLEEP_S = 0.0  # per step: the driver needs steps slow enough to act between
 
 
@@ -52,12 +53,18 @@ if __name__ == "__main__":
     p.add_argument("--initial", type=int, default=1)
     p.add_argument("--sleep-ms", type=float, default=20.0)
     p.add_argument("--out", default="")
+    p.add_argument("--fsdp", default="", help="FSDP2 (ShardedState), checkpoints in this folder")
+    p.add_argument("--checkpoint-every", type=int, default=4)
     a = p.parse_args()
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
-    net = model()
-    opt = torch.optim.SGD(net.parameters(), lr=0.05)
-    state = elastic.State(net, opt, elastic.ElasticSampler(DATA, batch=BATCH, seed=SEED))
+    sampler = elastic.ElasticSampler(DATA, batch=BATCH, seed=SEED)
+    if a.fsdp:
+        state = elastic.ShardedState(model, lambda params: torch.optim.SGD(params, lr=0.05, momentum=MOMENTUM), sampler,
+                                     checkpoint_dir=a.fsdp, checkpoint_every=a.checkpoint_every)
+    else:
+        net = model()
+        state = elastic.State(net, torch.optim.SGD(net.parameters(), lr=0.05), sampler)
     job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=1.0, timeout_s=60)
     job.leave_on_signals()
 
@@ -81,8 +88,13 @@ if __name__ == "__main__":
     for c in job.history:
         print(f"CHANGE gen {c.generation} {c.cause} world {c.world} stall {c.stall_s:.3f} "
               f"bytes {c.state_bytes}", flush=True)
+    if a.fsdp:
+        full = state.gather(dst=0)  # every rank takes part
+        final = full["model"] if full is not None else None
+    else:
+        final = {k: v.clone() for k, v in state.model.state_dict().items()}
     if job.rank == 0 and a.out:
-        torch.save({k: v.clone() for k, v in net.state_dict().items()}, a.out)
+        torch.save(final, a.out)
     import torch.distributed as dist
     dist.destroy_process_group()
     print("WORKER OK", flush=True)
