@@ -173,6 +173,11 @@ class Fleet:
         raise AssertionError(f"timed out waiting for {what}; logs:\n" +
                              "\n".join(f"--- {i}\n{self.text(i)[-2500:]}" for i in range(len(self.procs))))
 
+    def assert_ok(self, which: list[int]) -> None:
+        bad = [i for i in which if self.procs[i].returncode != 0 or "WORKER OK" not in self.text(i)]
+        assert not bad, "\n".join(f"--- worker {i} (exit {p.returncode})\n{self.text(i)[-3000:]}"
+                                   for i, p in enumerate(self.procs))
+
     def latest_world(self) -> int:
         c = self.commits()
         return max(c[max(c)]) if c else 0
@@ -222,8 +227,7 @@ def breathe(fleet: Fleet, tmp_path: Path, set_stop):
     set_stop(str(stop))
     survivors = [0, 3, *joiners]
     fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-    for i in survivors + [1]:
-        assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
+    fleet.assert_ok(survivors + [1])
     commits = fleet.commits()
     assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
     for s, ws in commits.items():
@@ -271,8 +275,7 @@ def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
         m.store.set("stop_at", str(stop))
         survivors = [0, 1, *joiners]
         fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-        for i in survivors:
-            assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
+        fleet.assert_ok(survivors)
         commits = fleet.commits()
         assert sorted(commits) == list(range(stop))
         assert all(len(ws) == 1 for ws in commits.values()), commits
@@ -370,8 +373,7 @@ def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path)
         m.store.set("stop_at", str(stop))
         survivors = [0, joiner]
         fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-        for i in survivors + [1]:
-            assert fleet.procs[i].returncode == 0 and "WORKER OK" in fleet.text(i), fleet.text(i)[-4000:]
+        fleet.assert_ok(survivors + [1])
         commits = last_gen_worlds()
         assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
         for s, ws in commits.items():

@@ -34,15 +34,19 @@ def worker(argv=None) -> int:
     torch.set_num_threads(1)
     # torchrun's c10d rendezvous hands every round's workers the same store
     # (TORCHELASTIC_USE_AGENT_STORE), and Gloo's keys of a round that died are
-    # still in it: restarted workers dial dead addresses. A prefix per restart
-    # (every agent restarts together, so the counts agree) keeps rounds apart.
+    # still in it: restarted workers dial dead addresses. A prefix per round
+    # keeps rounds apart. Restart counts differ between agents (a host that
+    # comes back starts at 0), so the round is counted in the store: every
+    # worker of a round of W workers arrives once, so arrival k at world W
+    # belongs to round (k - 1) // W of that size.
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         import datetime
+        world = int(os.environ["WORLD_SIZE"])
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                               timeout=datetime.timedelta(seconds=300))
-        store = dist.PrefixStore(f"mccl-anchor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-        dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]))
+        k = store.add(f"mccl-anchor/arrivals/{world}", 1)
+        store = dist.PrefixStore(f"mccl-anchor/{world}/{(k - 1) // world}", store)
+        dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]), world_size=world)
     else:
         dist.init_process_group("gloo")
     width = 1024

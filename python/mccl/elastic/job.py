@@ -25,6 +25,10 @@ answering): survivors check in at the store, agree on the dead set (the
 first decision written wins), shrink with SHRINK_ABORT, and redo the step.
 A survivor that had already committed the step hands its state to those that
 had not. A rank that finds itself in the dead set exits with a message.
+
+With a ShardedState (FSDP2) the model is rebuilt on every new group: joins
+and leaves reshard the live state, a crash rolls back to the last sharded
+checkpoint (sharded.py).
 """
 
 from __future__ import annotations
