@@ -220,10 +220,6 @@ def run(args) -> None:
         print(f"torchrun --nnodes {args.initial - 1}:{args.initial} (Gloo, checkpoint every 10 steps), a host killed: "
               f"resumed after {res:.1f} s, {lost:g} steps lost "
               f"({res / med('crash_to_next_step_s'):.0f}x mccl.elastic's death -> next step)")
-        join = statistics.median(a["join_s"] for a in anchors)
-        jlost = statistics.median(a["join_steps_lost"] for a in anchors)
-        print(f"torchrun, the host back (a join): every worker restarted, training again after {join:.1f} s, "
-              f"{jlost:g} steps lost ({join / med('join_stall_s'):.0f}x mccl.elastic's join stall)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str))},
@@ -255,8 +251,7 @@ def _kill_tree(pid: int) -> None:
 
 
 def anchor(args, lab) -> dict:
-    """torchrun --nnodes MIN:MAX with Gloo on the same hosts: one host
-    killed, then that host's agent started again (a join)."""
+    """torchrun --nnodes MIN:MAX with Gloo on the same hosts: one host killed."""
     import tempfile
     n = args.initial
     ckpt = tempfile.mkdtemp(prefix="mccl-anchor-")
