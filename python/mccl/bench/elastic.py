@@ -258,7 +258,7 @@ def anchor(args, lab) -> dict:
     rdzv = f"{lab.hosts[0].address}:29510" if lab else "127.0.0.1:29510"
     procs, lines = [], []
     try:
-        def start(h: int, log: str) -> None:
+        for h in range(n):
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={n - 1}:{n}", "--nproc_per_node=1",
                    "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv}", "--rdzv_id=anchor",
                    "--monitor_interval=0.5", "--max_restarts=3",
@@ -272,17 +272,12 @@ def anchor(args, lab) -> dict:
                 # their lab address (the workers' MASTER_ADDR comes from it).
                 cmd = lab.prefix(h) + cmd[:3] + [f"--local_addr={lab.hosts[h].address}"] + cmd[3:]
                 env["GLOO_SOCKET_IFNAME"] = "eth0"
-            with open(os.path.join(ckpt, log), "w") as err:
+            with open(os.path.join(ckpt, f"torchrun{h}.log"), "w") as err:
                 p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
                                      start_new_session=True)
             os.set_blocking(p.stdout.fileno(), False)
             procs.append(p)
             lines.append([])
-            logs.append(log)
-
-        logs: list[str] = []
-        for h in range(n):
-            start(h, f"torchrun{h}.log")
 
         def poll():
             for i, p in enumerate(procs):
@@ -304,9 +299,9 @@ def anchor(args, lab) -> dict:
                     return
                 time.sleep(0.05)
             tails = []
-            for log in logs:
-                with open(os.path.join(ckpt, log)) as f:
-                    tails.append(f"--- {log}\n" + "".join(f.readlines()[-15:]))
+            for h in range(n):
+                with open(os.path.join(ckpt, f"torchrun{h}.log")) as f:
+                    tails.append(f"--- host {h}\n" + "".join(f.readlines()[-15:]))
             raise RuntimeError(f"mccl-bench elastic --anchor: timed out waiting for {what}\n" + "\n".join(tails))
 
         def steps(i):
@@ -322,18 +317,8 @@ def anchor(args, lab) -> dict:
              lambda: any(e["t"] > t_kill and e["world"] == n - 1 for e in steps(0)))
         first = min((e for e in steps(0) if e["t"] > t_kill and e["world"] == n - 1), key=lambda e: e["t"])
         resumed = [e for e in lines[0] if e["ev"] == "resumed" and e["t"] > t_kill]
-        out = {"resume_s": first["t"] - t_kill,
-               "steps_lost": at_kill + 1 - (resumed[0]["step"] if resumed else 0), "at_kill": at_kill}
-        # The host comes back: torchrun restarts every worker to let it in.
-        wait("steps after the restart", lambda: steps(0)[-1]["step"] >= first["step"] + 3)
-        at_join = max(e["step"] for e in steps(0))
-        t_join = time.time()
-        start(victim, f"torchrun{victim}-again.log")
-        wait("the joined workers' next step", lambda: any(e["t"] > t_join and e["world"] == n for e in steps(0)))
-        first = min((e for e in steps(0) if e["t"] > t_join and e["world"] == n), key=lambda e: e["t"])
-        resumed = [e for e in lines[0] if e["ev"] == "resumed" and e["t"] > t_join]
-        out.update(join_s=first["t"] - t_join, join_steps_lost=at_join + 1 - (resumed[0]["step"] if resumed else 0))
-        return out
+        return {"resume_s": first["t"] - t_kill,
+                "steps_lost": at_kill + 1 - (resumed[0]["step"] if resumed else 0), "at_kill": at_kill}
     finally:
         for p in procs:
             _kill_tree(p.pid)  # torchrun's workers live in sessions of their own

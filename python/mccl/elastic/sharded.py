@@ -77,8 +77,8 @@ class ShardedState:
         self.step = 0
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self.checkpoint_step: int | None = None
-        self._builds = 0  # the step of the last checkpoint this member saw saved
+        self.checkpoint_step: int | None = None  # the step of the last checkpoint this member saw saved
+        self._builds = 0
 
     # ---- what does not shard ------------------------------------------------
     def _meta(self) -> dict:

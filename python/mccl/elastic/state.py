@@ -39,9 +39,7 @@ class State:
 
     def nbytes(self) -> int:
         """Bytes of tensor data a joiner receives."""
-        tensors: list[torch.Tensor] = []
-        _split(self.state_dict(), tensors.append)
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return tensor_bytes(self.state_dict())
 
 
 def _mapping(d: dict, values) -> dict:
@@ -100,16 +98,12 @@ def broadcast_state(state: State, src: int, group=None, load: bool = True) -> in
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, src) if group is not None else src,
                                group=group)
     skeleton, specs = box[0]
-    by_dtype: dict[torch.dtype, list[int]] = {}
-    for i, (_, dtype, _) in enumerate(specs):
-        by_dtype.setdefault(dtype, []).append(i)
     out: list[torch.Tensor | None] = [None] * len(specs)
     sent = 0
-    for dtype, idx in by_dtype.items():
+    for dtype, idx in _by_dtype(specs).items():
         numels = [int(torch.Size(specs[i][0]).numel()) for i in idx]
         if rank == src:
-            flat = torch.cat([tensors[i].detach().reshape(-1).to("cpu") for i in idx]) if idx else \
-                torch.empty(0, dtype=dtype)
+            flat = _flat(tensors, idx, dtype)
         else:
             flat = torch.empty(sum(numels), dtype=dtype)
         if flat.numel() > 0:
