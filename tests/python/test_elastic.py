@@ -392,3 +392,32 @@ def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path)
     finally:
         fleet.kill_all()
         del master
+
+
+_EXIT_WITH_POLLER = """
+import sys, time, types
+import mccl.elastic.job as job_module
+from mccl.elastic import Job
+# The joiner poller without its pause: always inside a store call, as it
+# sometimes is when a job's process exits.
+job_module.time = types.SimpleNamespace(sleep=lambda s: None, monotonic=time.monotonic,
+                                        perf_counter=time.perf_counter)
+job = Job(sys.argv[1], job_id="exit")
+job._requests()
+time.sleep(0.2)
+print("exiting", flush=True)
+"""
+
+
+def test_process_exits_cleanly_while_the_joiner_poller_runs():
+    # Python's exit ends a daemon thread caught inside a C++ store call with a
+    # forced unwind that aborts the process; the job stops its poller at exit.
+    master, port = _store()
+    try:
+        for _ in range(3):
+            p = subprocess.run([sys.executable, "-c", _EXIT_WITH_POLLER, f"127.0.0.1:{port}"],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0 and "exiting" in p.stdout, (p.returncode, p.stderr[-2000:])
+            assert "terminate called" not in p.stderr, p.stderr[-2000:]
+    finally:
+        del master

@@ -33,6 +33,7 @@ checkpoint (sharded.py).
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import gc
@@ -312,7 +313,7 @@ class Job:
         the store; where the store cannot be cloned, the boundary asks it."""
         if self._poller is None:
             clone = getattr(self.members.base, "clone", None)
-            if clone is None:
+            if clone is None or self._closing:
                 return self.members.requests()
             watcher = Membership(clone(), self.members.job)
             self._seen_requests = watcher.requests()
@@ -327,7 +328,19 @@ class Job:
 
             self._poller = threading.Thread(target=poll, name="mccl-elastic-joins", daemon=True)
             self._poller.start()
+            # A daemon thread that Python's exit finds inside a store call is
+            # ended by a forced unwind through torch's C++ frames, which aborts
+            # the process ("terminate called without an active exception").
+            atexit.register(self.close)
         return self._seen_requests
+
+    def close(self) -> None:
+        """Stops the thread that watches the store for joiners (run at exit
+        too; the job keeps working, asking the store at each boundary)."""
+        self._closing = True
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.join(timeout=self.timeout.total_seconds())
 
     def _change(self, state: State, leavers: list[int], joiners: int) -> str:
         t0 = time.monotonic()
