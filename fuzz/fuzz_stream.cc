@@ -49,9 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Sink sink;
   {
     Connection conn(Socket(fds[0]), 1, sink, kLimit, 0, "fuzz");
-    FrameHeader tmpl;  // same-host frames are parsed too (the probe fails here)
+    FrameHeader tmpl;  // same-host frames are parsed too (attestation fails: no such peer)
     tmpl.src = 0;
-    conn.enableLocalReads(1024, tmpl);
+    conn.enableLocalReads(1024, tmpl, Digest{});
     conn.start();
     // Non-blocking: once the connection has rejected the stream it stops
     // reading, and the rest is dropped (EAGAIN) instead of blocking here.

@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 FRAME = struct.Struct("<IHBBQQQQQIIiIBBBBI")  # 72 bytes, see frame.h
 assert FRAME.size == 72
-MAGIC, VERSION = 0x4C43434D, 3
+MAGIC, VERSION = 0x4C43434D, 4
 DATA, CLOSE, ABORT, RTS, CTS, REF, REF_DONE, LOCAL_HELLO, LOCAL_OK = range(1, 10)
 P2P, CHECKSUM = 1, 2
 
@@ -55,10 +55,11 @@ def main():
         "cts": frame(type_=CTS, flags=P2P, op=10),
         "second_part": frame(offset=512, msg=1024, count=256, length=512) + payload[:512],
         # Same-host frames: a REF carries a 16-byte descriptor (address, token)
-        # instead of its payload; a LOCAL_HELLO a 52-byte identity.
+        # instead of its payload; a LOCAL_HELLO names an attestation socket
+        # and a token (16 bytes each).
         "ref": frame(type_=REF, msg=1024, count=256, length=1024) + struct.pack("<QQ", 0x7F0000001000, 1),
         "ref_done": frame(type_=REF_DONE, op=0, offset=1),
-        "local_hello": frame(type_=LOCAL_HELLO, op=0, length=52) + bytes(range(52)),
+        "local_hello": frame(type_=LOCAL_HELLO, op=0, length=32) + bytes(range(32)),
         "local_ok": frame(type_=LOCAL_OK, op=0),
     }
     for name, blob in frames.items():
@@ -76,6 +77,14 @@ def main():
         write("handshake", f"hello_c_split{split}", bytes([split]) + hello_c)
     write("handshake", "wrong_kind", bytes([3]) + hello_c[:6] + b"\x01" + hello_c[7:])
     write("handshake", "http", bytes([4]) + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    # Attestation socket (transport/local_attest_linux.cc), prefixed by the
+    # mode byte: even = a stranger talks to this process's socket (OPEN, then
+    # a reader proof), odd = a stranger answers this process as a reader.
+    pre = lambda kind: struct.pack("<IB3x", 0x414C434D, kind)
+    write("attest", "open", bytes([0]) + pre(1) + bytes(range(48)))
+    write("attest", "open_then_proof", bytes([2]) + pre(1) + bytes(range(48)) + pre(3) + bytes(32))
+    write("attest", "server_proof", bytes([1]) + pre(2) + bytes(range(48)))
+    write("attest", "server_proof_cookie", bytes([3]) + pre(2) + bytes(range(48)) + pre(4) + bytes(24))
     print("seeds written to", HERE / "corpus")
 
 

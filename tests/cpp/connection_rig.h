@@ -102,8 +102,9 @@ struct Rig {
   Socket fake;
   std::unique_ptr<Connection> conn;
 
-  // localReads > 0: the connection offers same-host reads from that size.
-  explicit Rig(size_t localReads = 0) {
+  // localReads > 0: the connection offers same-host reads from that size,
+  // with session key `key`.
+  explicit Rig(size_t localReads = 0, const Digest& key = Digest{}) {
     auto [mine, theirs] = socketPair();
     fake = std::move(theirs);
     conn = std::make_unique<Connection>(std::move(mine), 1, sink, 1u << 20, 0,
@@ -112,7 +113,7 @@ struct Rig {
       FrameHeader tmpl;
       tmpl.group = 77;
       tmpl.src = 0;
-      conn->enableLocalReads(localReads, tmpl);
+      conn->enableLocalReads(localReads, tmpl, key);
     }
     conn->start();
   }

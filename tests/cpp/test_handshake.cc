@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <thread>
+#include <vector>
 
 #include "transport/handshake.h"
 #include "transport/listener.h"
@@ -21,12 +22,14 @@ Identity ident(uint32_t rank, uint8_t secretByte = 7, uint64_t group = 99) {
 }
 
 // Drives an AcceptorHandshake over one end of a socketpair.
-AcceptorHandshake::State runAcceptor(int fd, const Identity& self, std::string* failure) {
+AcceptorHandshake::State runAcceptor(int fd, const Identity& self, std::string* failure,
+                                     SessionKey* key = nullptr) {
   AcceptorHandshake hs(self);
   for (;;) {
     auto st = hs.state();
     if (st == AcceptorHandshake::State::kDone || st == AcceptorHandshake::State::kFailed) {
       *failure = hs.failure();
+      if (key) *key = hs.sessionKey();
       return st;
     }
     size_t len = 0;
@@ -58,14 +61,58 @@ struct Pair {
 };
 
 TEST(Handshake, SucceedsWithSameSecret) {
-  Pair p;
+  SessionKey first{};
+  for (int round = 0; round < 2; ++round) {
+    Pair p;
+    Identity acc = ident(2), con = ident(1);
+    std::string failure;
+    AcceptorHandshake::State st;
+    SessionKey accKey{}, conKey{};
+    std::thread t([&] { st = runAcceptor(p.b.fd(), acc, &failure, &accKey); });
+    EXPECT_NO_THROW(conKey = handshakeAsConnector(p.a, con, 2, Deadline::after(std::chrono::seconds(5))));
+    t.join();
+    EXPECT_EQ(st, AcceptorHandshake::State::kDone) << failure;
+    // Both ends hold the same session key; it is fresh per connection and is
+    // neither the secret nor zero.
+    EXPECT_EQ(accKey, conKey);
+    EXPECT_NE(conKey, SessionKey{});
+    EXPECT_NE(std::vector<uint8_t>(conKey.begin(), conKey.end()),
+              std::vector<uint8_t>(con.secret.begin(), con.secret.end()));
+    if (round == 0) first = conKey;
+    else EXPECT_NE(conKey, first) << "two connections must not share a session key";
+  }
+}
+
+TEST(Handshake, ListenPortIsCoveredByTheProof) {
+  // A man in the middle rewrites the connector's announced listening port
+  // (which steers where errors and reconnections point): the acceptor refuses.
+  Pair toAcceptor, toConnector;
   Identity acc = ident(2), con = ident(1);
+  con.listenPort = 4321;
   std::string failure;
   AcceptorHandshake::State st;
-  std::thread t([&] { st = runAcceptor(p.b.fd(), acc, &failure); });
-  EXPECT_NO_THROW(handshakeAsConnector(p.a, con, 2, Deadline::after(std::chrono::seconds(5))));
-  t.join();
-  EXPECT_EQ(st, AcceptorHandshake::State::kDone) << failure;
+  std::thread accThread([&] {
+    st = runAcceptor(toAcceptor.b.fd(), acc, &failure);
+    toAcceptor.b.close();
+  });
+  std::thread mitm([&] {
+    uint8_t helloA[kHelloABytes], helloC[kHelloCBytes];
+    const Deadline d = Deadline::after(std::chrono::seconds(5));
+    if (!toAcceptor.a.recvAll(helloA, sizeof(helloA), d)) return;
+    toConnector.b.sendAll(helloA, sizeof(helloA));
+    if (!toConnector.b.recvAll(helloC, sizeof(helloC), d)) return;
+    helloC[28] ^= 1;  // the listening port, little-endian low byte
+    toAcceptor.a.sendAll(helloC, sizeof(helloC));
+    uint8_t ack[kAckBytes];
+    if (toAcceptor.a.recvAll(ack, sizeof(ack), d)) toConnector.b.sendAll(ack, sizeof(ack));
+    toConnector.b.close();
+  });
+  EXPECT_THROW(handshakeAsConnector(toConnector.a, con, 2, Deadline::after(std::chrono::seconds(5))),
+               Error);
+  mitm.join();
+  accThread.join();
+  EXPECT_EQ(st, AcceptorHandshake::State::kFailed);
+  EXPECT_NE(failure.find("secret"), std::string::npos) << failure;
 }
 
 TEST(Handshake, WrongSecretIsRejectedWithoutReply) {
@@ -122,7 +169,7 @@ TEST(Listener, StrangersAreClosedAndPeersAccepted) {
   con.listenPort = 4321;  // announced in the handshake, named in errors
   std::atomic<int> accepted{0};
   Listener l(SockAddr::parse("127.0.0.1:0"), "", acc, std::chrono::milliseconds(500),
-             [&](Socket, uint32_t peer, uint16_t port) {
+             [&](Socket, uint32_t peer, uint16_t port, const SessionKey&) {
                accepted += peer == 1 && port == 4321 ? 1 : 100;
              },
              "test: ");
@@ -145,14 +192,14 @@ TEST(Listener, StrangersAreClosedAndPeersAccepted) {
 TEST(Listener, PortRange) {
   Identity acc = ident(0);
   Listener l1(SockAddr::parse("127.0.0.1:0"), "47211-47215", acc, std::chrono::milliseconds(500),
-              [](Socket, uint32_t, uint16_t) {}, "");
+              [](Socket, uint32_t, uint16_t, const SessionKey&) {}, "");
   Listener l2(SockAddr::parse("127.0.0.1:0"), "47211-47215", acc, std::chrono::milliseconds(500),
-              [](Socket, uint32_t, uint16_t) {}, "");
+              [](Socket, uint32_t, uint16_t, const SessionKey&) {}, "");
   EXPECT_GE(l1.address().port(), 47211);
   EXPECT_LE(l2.address().port(), 47215);
   EXPECT_NE(l1.address().port(), l2.address().port());
   EXPECT_THROW(Listener(SockAddr::parse("127.0.0.1:0"), "5-3", acc, std::chrono::milliseconds(1),
-                        [](Socket, uint32_t, uint16_t) {}, ""),
+                        [](Socket, uint32_t, uint16_t, const SessionKey&) {}, ""),
                Error);
 }
 

@@ -1,15 +1,23 @@
-// Same-host reads (transport/local_read.h): the probe that decides whether a
-// peer's memory is readable, REF frames between two real connections, and a
-// fake peer that breaks the protocol (a REF nobody agreed to, an unknown
-// REF_DONE token, closing before it copied a payload offered to it), and a
-// pinned peer process that exits.
+// Same-host reads (transport/local_read.h): the kernel-attested probe that
+// decides whether a peer's memory is readable (session key, reflection,
+// impostor socket, a forked peer named by SO_PEERCRED), REF frames between
+// two real connections, a fake peer that breaks the protocol (its own hello
+// replayed, a remote peer's LOCAL_OK or REF, an unknown REF_DONE token,
+// closing before it copied a payload offered to it), and a pinned peer
+// process that exits.
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -53,39 +61,112 @@ FrameHeader controlHeader(FrameType type, uint64_t offset = 0) {
   return h;
 }
 
-TEST(LocalRead, ProbeReadsThisProcessAndRejectsStrangers) {
-  const LocalIdentity self = localIdentity();
+Digest keyOf(uint8_t b) {
+  Digest k;
+  k.fill(b);
+  return k;
+}
+
+std::array<uint8_t, kLocalHelloBytes> helloOf(const LocalOffer& offer, const uint8_t* socketName) {
+  std::array<uint8_t, kLocalHelloBytes> h{};
+  std::memcpy(h.data(), socketName, 16);
+  std::memcpy(h.data() + 16, offer.token.data(), 16);
+  return h;
+}
+
+TEST(LocalRead, AttestationNamesThePeerByTheKernelAndNeedsTheSessionKey) {
+  // Two ends of one connection in this process (ranks as threads): same key.
+  std::array<uint8_t, kLocalHelloBytes> helloA{}, helloB{}, helloC{};
   std::string why;
-  EXPECT_TRUE(canReadPeer(self, &why)) << why;
+  auto a = offerLocalReads(keyOf(1), helloA.data(), &why);
+  auto b = offerLocalReads(keyOf(1), helloB.data(), &why);
+  auto c = offerLocalReads(keyOf(2), helloC.data(), &why);  // another connection
+  ASSERT_TRUE(a && b && c) << why;
+  EXPECT_EQ(0, std::memcmp(helloA.data(), helloB.data(), 16)) << "one socket per process";
+  EXPECT_NE(a->token, b->token);
 
-  LocalIdentity other = self;
-  other.cookie[3] ^= 1;  // same pid and address, different bytes: another process
-  EXPECT_FALSE(canReadPeer(other, &why));
-  EXPECT_NE(why.find("another process"), std::string::npos) << why;
+  PeerMemory mem;
+  ASSERT_TRUE(attestPeer(helloB.data(), *a, &mem, &why)) << why;
+  EXPECT_EQ(mem.pid(), static_cast<uint32_t>(::getpid()));
+  EXPECT_TRUE(b->attested.load()) << "the sender learns that its reader is local";
+  EXPECT_EQ(b->peerPid.load(), static_cast<uint32_t>(::getpid()));
+  std::vector<uint8_t> data(70001), got(data.size());
+  std::iota(data.begin(), data.end(), 5);
+  mem.read(reinterpret_cast<uintptr_t>(data.data()), got.data(), got.size());
+  EXPECT_EQ(got, data);
 
-  other = self;
-  other.bootId[0] ^= 1;
-  EXPECT_FALSE(canReadPeer(other, &why));
-  EXPECT_NE(why.find("another host"), std::string::npos) << why;
+  // A reader without the connection's key: the sender proves nothing to it
+  // and marks nothing.
+  PeerMemory m2;
+  EXPECT_FALSE(attestPeer(helloC.data(), *a, &m2, &why));
+  EXPECT_NE(why.find("session key"), std::string::npos) << why;
+  EXPECT_FALSE(c->attested.load());
+  EXPECT_FALSE(m2.isOpen());
 
-  other = self;
-  other.netNs += 1;
-  EXPECT_FALSE(canReadPeer(other, &why));
-  EXPECT_NE(why.find("network namespace"), std::string::npos) << why;
+  // This end's own hello handed back (a reflection) is refused before any
+  // socket is touched.
+  EXPECT_FALSE(attestPeer(helloA.data(), *a, &m2, &why));
+  EXPECT_NE(why.find("own token"), std::string::npos) << why;
 
-  other = self;
-  other.pid = 0x3FFFFFF0;  // above any pid_max: no such process
-  EXPECT_FALSE(canReadPeer(other, &why));
-  EXPECT_NE(why.find("process_vm_readv"), std::string::npos) << why;
+  // A token no live offer has (a withdrawn connection, a guess).
+  auto stale = helloB;
+  stale[20] ^= 1;
+  EXPECT_FALSE(attestPeer(stale.data(), *a, &m2, &why));
+  EXPECT_NE(why.find("refused"), std::string::npos) << why;
 
-  uint8_t wire[kLocalHelloBytes];
-  encodeLocalHello(self, wire);
-  const LocalIdentity back = decodeLocalHello(wire);
-  EXPECT_EQ(back.bootId, self.bootId);
-  EXPECT_EQ(back.netNs, self.netNs);
-  EXPECT_EQ(back.pid, self.pid);
-  EXPECT_EQ(back.cookieAddr, self.cookieAddr);
-  EXPECT_EQ(back.cookie, self.cookie);
+  // A socket name that does not exist here: another host or namespace.
+  auto far = helloB;
+  far[0] ^= 1;
+  EXPECT_FALSE(attestPeer(far.data(), *a, &m2, &why));
+  EXPECT_NE(why.find("not reachable"), std::string::npos) << why;
+}
+
+TEST(LocalRead, ImpostorSocketWithoutTheKeyIsRefused) {
+  // A local process that listens on a name it announces and answers the
+  // protocol, but cannot prove the session key: it gets no proof back and
+  // is never read.
+  std::string why;
+  std::array<uint8_t, kLocalHelloBytes> helloA{};
+  auto a = offerLocalReads(keyOf(3), helloA.data(), &why);
+  ASSERT_TRUE(a) << why;
+  uint8_t name[16];
+  for (int i = 0; i < 16; ++i) name[i] = static_cast<uint8_t>(0xA0 + i);
+  const std::string text = [&] {
+    std::string t = "mccl-attest-";
+    static const char* d = "0123456789abcdef";
+    for (uint8_t v : name) {
+      t += d[v >> 4];
+      t += d[v & 15];
+    }
+    return t;
+  }();
+  Socket listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path + 1, text.data(), text.size());
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + text.size());
+  ASSERT_EQ(::bind(listener.fd(), reinterpret_cast<sockaddr*>(&sa), len), 0);
+  ASSERT_EQ(::listen(listener.fd(), 4), 0);
+  std::atomic<size_t> readerSent{0};
+  std::thread impostor([&] {
+    Socket s(::accept(listener.fd(), nullptr, nullptr));
+    uint8_t open[56];
+    if (!s.recvAll(open, sizeof(open), Deadline::after(5s))) return;
+    uint8_t answer[56] = {0x4D, 0x43, 0x4C, 0x41, 2};  // right kind, made-up proof
+    for (size_t i = 8; i < sizeof(answer); ++i) answer[i] = static_cast<uint8_t>(i);
+    s.sendAll(answer, sizeof(answer));
+    uint8_t more[64];
+    readerSent = s.recvSome(more, sizeof(more));  // 0: the reader hung up
+  });
+  LocalOffer fake;
+  fake.token.fill(9);
+  auto hello = helloOf(fake, name);
+  PeerMemory mem;
+  EXPECT_FALSE(attestPeer(hello.data(), *a, &mem, &why));
+  EXPECT_NE(why.find("session key"), std::string::npos) << why;
+  impostor.join();
+  EXPECT_EQ(readerSent.load(), 0u) << "the reader must not answer an impostor's proof";
+  EXPECT_FALSE(mem.isOpen());
 }
 
 // A forked child that waits until it is killed; killed and reaped on scope
@@ -119,16 +200,21 @@ struct Child {
 TEST(LocalRead, PinnedPeerFailsOnceItsProcessHasExited) {
   // A forked child shares the cookie's address and bytes (made before the
   // fork): it is a peer this process can read, until it exits.
-  LocalIdentity peer = localIdentity();
+  uint64_t cookieAddr = 0;
+  std::array<uint8_t, 16> cookie{};
+  localCookie(&cookieAddr, &cookie);
   std::vector<uint8_t> data(100000);
   std::iota(data.begin(), data.end(), 3);
   Child child;
   ASSERT_GT(child.pid, 0);
   const pid_t pid = child.pid;
-  peer.pid = static_cast<uint32_t>(pid);
   PeerMemory mem;
   std::string why;
-  ASSERT_TRUE(mem.open(peer, &why)) << why;
+  auto wrong = cookie;
+  wrong[3] ^= 1;  // a claim the process does not back: refused
+  EXPECT_FALSE(mem.open(static_cast<uint32_t>(pid), cookieAddr, wrong, &why));
+  EXPECT_NE(why.find("does not hold the cookie"), std::string::npos) << why;
+  ASSERT_TRUE(mem.open(static_cast<uint32_t>(pid), cookieAddr, cookie, &why)) << why;
   std::vector<uint8_t> got(data.size());
   mem.read(reinterpret_cast<uintptr_t>(data.data()), got.data(), got.size());
   EXPECT_EQ(got, data);
@@ -141,8 +227,103 @@ TEST(LocalRead, PinnedPeerFailsOnceItsProcessHasExited) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(pid)), std::string::npos) << e.what();
   }
   PeerMemory gone;
-  EXPECT_FALSE(gone.open(peer, &why)) << "the child's pid is gone";
+  EXPECT_FALSE(gone.open(static_cast<uint32_t>(pid), cookieAddr, cookie, &why))
+      << "the child's pid is gone";
   EXPECT_FALSE(gone.isOpen());
+}
+
+TEST(LocalRead, PeerIsTheProcessTheKernelNamesNotOneItClaims) {
+  // A forked child offers reads on its own attestation socket (a fork gets
+  // a fresh one). Whatever it might claim, the reader pins the pid the
+  // kernel gives for the socket and reads that process's memory.
+  std::vector<uint8_t> data(4096, 0x11);
+  int hp[2];
+  ASSERT_EQ(::pipe(hp), 0);
+  const pid_t server = ::fork();
+  ASSERT_GE(server, 0);
+  if (server == 0) {
+    std::fill(data.begin(), data.end(), 0x22);  // this process's copy differs
+    std::string why;
+    uint8_t hello[kLocalHelloBytes];
+    auto offer = offerLocalReads(keyOf(7), hello, &why);
+    if (!offer || ::write(hp[1], hello, sizeof(hello)) != static_cast<ssize_t>(sizeof(hello))) {
+      ::_exit(3);
+    }
+    ::pause();
+    ::_exit(0);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{server};
+  pollfd pfd{hp[0], POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 5000), 1) << "the serving child did not start";
+  uint8_t hello[kLocalHelloBytes];
+  ASSERT_EQ(::read(hp[0], hello, sizeof(hello)), static_cast<ssize_t>(sizeof(hello)));
+  ::close(hp[0]);
+  ::close(hp[1]);
+  std::string why;
+  uint8_t mine[kLocalHelloBytes];
+  auto reader = offerLocalReads(keyOf(7), mine, &why);
+  ASSERT_TRUE(reader) << why;
+  EXPECT_NE(0, std::memcmp(mine, hello, 16)) << "the child serves on its own socket";
+  PeerMemory mem;
+  ASSERT_TRUE(attestPeer(hello, *reader, &mem, &why)) << why;
+  EXPECT_EQ(mem.pid(), static_cast<uint32_t>(server));
+  std::vector<uint8_t> got(data.size());
+  mem.read(reinterpret_cast<uintptr_t>(data.data()), got.data(), got.size());
+  EXPECT_EQ(got, std::vector<uint8_t>(data.size(), 0x22)) << "read from the child, not from us";
+}
+
+TEST(LocalRead, ReplayedOwnHelloIsAProtocolFault) {
+  // The attack on the old probe: a peer sends this end its own hello back.
+  Rig rig(4096, keyOf(8));
+  std::vector<uint8_t> wire(kFrameHeaderBytes + kLocalHelloBytes);
+  ASSERT_TRUE(rig.fake.recvAll(wire.data(), wire.size(), Deadline::after(5s)));
+  FrameHeader h;
+  std::string why;
+  ASSERT_TRUE(decodeFrame(wire.data(), 1u << 20, &h, &why)) << why;
+  ASSERT_EQ(h.type, FrameType::kLocalHello);
+  h.src = 1;  // as if it were the peer's
+  std::vector<uint8_t> back = encoded(h);
+  back.insert(back.end(), wire.begin() + kFrameHeaderBytes, wire.end());
+  rig.send(back);
+  std::string err = rig.sink.waitEnd();
+  EXPECT_NE(err.find("replayed"), std::string::npos) << err;
+  EXPECT_FALSE(rig.conn->readsPeer());
+  EXPECT_FALSE(rig.conn->sendsByRef());
+}
+
+TEST(LocalRead, RemotePeerCannotTurnOnReferences) {
+  // A peer that passed the handshake but is not on this host: its hello
+  // names a socket that does not exist here; its LOCAL_OK and its REF frames
+  // are protocol faults that end the connection.
+  for (FrameType next : {FrameType::kLocalOk, FrameType::kRef}) {
+    Rig rig(4096, keyOf(9));
+    FrameHeader hh = controlHeader(FrameType::kLocalHello);
+    hh.length = kLocalHelloBytes;
+    std::vector<uint8_t> bytes = encoded(hh);
+    for (size_t i = 0; i < kLocalHelloBytes; ++i) bytes.push_back(static_cast<uint8_t>(0xC0 + i));
+    rig.send(bytes);
+    if (next == FrameType::kLocalOk) {
+      rig.send(encoded(controlHeader(FrameType::kLocalOk)));
+    } else {
+      FrameHeader r = dataHeader(8192);
+      r.type = FrameType::kRef;
+      auto ref = encoded(r);
+      ref.resize(ref.size() + kRefDescriptorBytes, 0);
+      rig.send(ref);
+    }
+    std::string err = rig.sink.waitEnd();
+    EXPECT_NE(err.find(next == FrameType::kLocalOk ? "never proved" : "came by reference"),
+              std::string::npos)
+        << err;
+    EXPECT_FALSE(rig.conn->sendsByRef());
+    EXPECT_EQ(rig.sink.dests, 0);
+  }
 }
 
 TEST(LocalRead, LargeFramesGoByReferenceAndCompleteOnTheCopy) {
@@ -153,8 +334,8 @@ TEST(LocalRead, LargeFramesGoByReferenceAndCompleteOnTheCopy) {
   FrameHeader t0 = controlHeader(FrameType::kData), t1 = t0;
   t0.src = 1;  // the sender is "rank 1" as the receiver sees it
   t1.src = 0;
-  sender.enableLocalReads(4096, t0);
-  receiver.enableLocalReads(4096, t1);
+  sender.enableLocalReads(4096, t0, keyOf(5));  // one connection: one session key
+  receiver.enableLocalReads(4096, t1, keyOf(5));
   sender.start();
   receiver.start();
   ASSERT_TRUE(waitFor([&] { return sender.sendsByRef() && receiver.readsPeer(); }));
@@ -212,7 +393,17 @@ TEST(LocalRead, UnknownRefDoneTokenIsAProtocolFault) {
 }
 
 TEST(LocalRead, OfferedPayloadFailsWhenThePeerLeavesWithoutCopying) {
-  Rig rig(4096);
+  Rig rig(4096, keyOf(10));
+  // The fake peer is a local reader holding the session key: it attests the
+  // connection's end through the kernel, then says it reads it.
+  std::vector<uint8_t> helloFrame(kFrameHeaderBytes + kLocalHelloBytes);
+  ASSERT_TRUE(rig.fake.recvAll(helloFrame.data(), helloFrame.size(), Deadline::after(5s)));
+  std::string why;
+  uint8_t fakeHello[kLocalHelloBytes];
+  auto fakeOffer = offerLocalReads(keyOf(10), fakeHello, &why);
+  ASSERT_TRUE(fakeOffer) << why;
+  PeerMemory mem;
+  ASSERT_TRUE(attestPeer(helloFrame.data() + kFrameHeaderBytes, *fakeOffer, &mem, &why)) << why;
   rig.send(encoded(controlHeader(FrameType::kLocalOk)));  // "I can read you"
   ASSERT_TRUE(waitFor([&] { return rig.conn->sendsByRef(); }));
   std::vector<uint8_t> payload(65536, 0x42);
@@ -223,18 +414,15 @@ TEST(LocalRead, OfferedPayloadFailsWhenThePeerLeavesWithoutCopying) {
   f.length = payload.size();
   f.cb = &cb;
   rig.conn->post(f);
-  // The fake peer reads the hello and the REF (header + descriptor), then
-  // leaves without a REF_DONE.
-  std::vector<uint8_t> wire(kFrameHeaderBytes + kLocalHelloBytes + kFrameHeaderBytes +
-                            kRefDescriptorBytes);
+  // The fake peer reads the REF (header + descriptor), then leaves without
+  // a REF_DONE.
+  std::vector<uint8_t> wire(kFrameHeaderBytes + kRefDescriptorBytes);
   ASSERT_TRUE(rig.fake.recvAll(wire.data(), wire.size(), Deadline::after(5s)));
   FrameHeader ref;
-  std::string why;
-  ASSERT_TRUE(decodeFrame(wire.data() + kFrameHeaderBytes + kLocalHelloBytes, 1u << 20, &ref, &why))
-      << why;
+  ASSERT_TRUE(decodeFrame(wire.data(), 1u << 20, &ref, &why)) << why;
   EXPECT_EQ(ref.type, FrameType::kRef);
   EXPECT_EQ(ref.length, payload.size());
-  const uint8_t* desc = wire.data() + 2 * kFrameHeaderBytes + kLocalHelloBytes;
+  const uint8_t* desc = wire.data() + kFrameHeaderBytes;
   EXPECT_EQ(getLE<uint64_t>(desc), reinterpret_cast<uintptr_t>(payload.data()));
   EXPECT_EQ(cb.count(), 0) << "a REF completes only when the peer has copied it";
   rig.fake.close();

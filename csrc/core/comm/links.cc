@@ -39,6 +39,12 @@ Links::Links(const CommConfig& cfg, const Identity& identity, std::shared_ptr<Re
                  o->adopted(c);
                  done(o);
                }
+             },
+             [this](int peer, const Error& err) {
+               if (LinkOwner* o = acquireCurrent()) {
+                 o->linkFailed(peer, err);
+                 done(o);
+               }
              }) {}
 
 Links::~Links() {
@@ -48,9 +54,9 @@ Links::~Links() {
 void Links::listen(const SockAddr& addr) {
   listener_ = std::make_unique<Listener>(
       addr, cfg_.portRange, identity_, cfg_.handshakeTimeout,
-      [this](Socket sock, uint32_t peer, uint16_t port) {
+      [this](Socket sock, uint32_t peer, uint16_t port, const SessionKey& key) {
         if (cfg_.adoptDelayForTesting.count() > 0) std::this_thread::sleep_for(cfg_.adoptDelayForTesting);
-        peers_.adopt(std::move(sock), static_cast<int>(peer), true, port);
+        peers_.adopt(std::move(sock), static_cast<int>(peer), true, key, port);
       },
       self_ + ": ");
   identity_.listenPort = static_cast<uint16_t>(listener_->address().port());

@@ -7,13 +7,15 @@
 namespace mccl {
 
 Peers::Peers(const CommConfig& cfg, const Identity& identity, FrameSink& sink,
-             Rendezvous& rendezvous, std::string selfName, std::function<void(Connection&)> adopted)
+             Rendezvous& rendezvous, std::string selfName, std::function<void(Connection&)> adopted,
+             std::function<void(int, const Error&)> refused)
     : cfg_(cfg),
       identity_(identity),
       sink_(sink),
       rendezvous_(rendezvous),
       self_(std::move(selfName)),
-      adopted_(std::move(adopted)) {
+      adopted_(std::move(adopted)),
+      refused_(std::move(refused)) {
   for (int i = 0; i < cfg_.size; ++i) peers_.push_back(std::make_unique<Peer>());
 }
 
@@ -38,7 +40,8 @@ SockAddr Peers::addressOf(int peer, Deadline deadline) {
   return a;
 }
 
-void Peers::adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort) {
+void Peers::adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
+                  uint16_t peerListenPort) {
   Peer& p = at(peer);
   sock.setNoDelay();
   sock.setBufferSizes(cfg_.socketBuffer);
@@ -58,7 +61,7 @@ void Peers::adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort)
     FrameHeader tmpl;
     tmpl.group = identity_.group;
     tmpl.src = identity_.rank;
-    conn->enableLocalReads(cfg_.localReadBytes, tmpl);
+    conn->enableLocalReads(cfg_.localReadBytes, tmpl, key);
   }
   bool accepting;
   {
@@ -98,13 +101,17 @@ void Peers::connect(int peer, Deadline deadline) {
   for (int i = 0; i < cfg_.nsocksPerPeer; ++i) {
     std::string what = strCat(self_, ": connection to rank ", peer, where(peer));
     Socket s = Socket::connect(addr, deadline, what);
+    SessionKey key;
     try {
       Deadline hs = deadline.earlier(Deadline::after(cfg_.handshakeTimeout));
-      handshakeAsConnector(s, identity_, static_cast<uint32_t>(peer), hs);
+      key = handshakeAsConnector(s, identity_, static_cast<uint32_t>(peer), hs);
     } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kRemote && refused_) {
+        refused_(peer, Error(e.kind(), strCat("connection to rank ", peer, where(peer), ": ", e.what())));
+      }
       throwError(e.kind(), what, ": ", e.what());
     }
-    adopt(std::move(s), peer, false);
+    adopt(std::move(s), peer, false, key);
   }
 }
 

@@ -39,7 +39,8 @@ class Peers {
   // Connections deliver their frames to `sink`; `adopted` hears of each new
   // one once it runs. `selfName` prefixes errors.
   Peers(const CommConfig& cfg, const Identity& identity, FrameSink& sink, Rendezvous& rendezvous,
-        std::string selfName, std::function<void(Connection&)> adopted);
+        std::string selfName, std::function<void(Connection&)> adopted,
+        std::function<void(int, const Error&)> refused);
 
   // " (10.0.0.2:41000)" for `rank`'s address, or "" before anything is known.
   std::string where(int rank) const;
@@ -47,7 +48,8 @@ class Peers {
   // An authenticated socket to `peer` (from the listener when `accepted`,
   // with the peer's listen port for messages) becomes one of its
   // connections. After stopAccepting() it is told goodbye and closed.
-  void adopt(Socket sock, int peer, bool accepted, uint16_t peerListenPort = 0);
+  void adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
+             uint16_t peerListenPort = 0);
   // The live connections to `peer`, connecting first if there are none.
   // Throws naming the peer when it shut down or the connection cannot be
   // made before `deadline`.
@@ -108,6 +110,9 @@ class Peers {
   Rendezvous& rendezvous_;
   const std::string self_;
   const std::function<void(Connection&)> adopted_;
+  // A peer refused this rank's handshake (another job secret, group or
+  // size): the group cannot work, so it fails now instead of at a timeout.
+  const std::function<void(int, const Error&)> refused_;
   std::vector<std::unique_ptr<Peer>> peers_;
 
   mutable std::mutex stateMu_;

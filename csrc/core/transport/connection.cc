@@ -41,10 +41,15 @@ Connection::Connection(Socket sock, int peer, FrameSink& sink, uint32_t maxPaylo
 
 Connection::~Connection() { close(); }
 
-void Connection::enableLocalReads(size_t minBytes, const FrameHeader& tmpl) {
+void Connection::enableLocalReads(size_t minBytes, const FrameHeader& tmpl, const Digest& key) {
+  std::string why;
+  offer_ = offerLocalReads(key, helloOut_, &why);
+  if (!offer_) {
+    MCCL_LOG(kDebug, name_, ": payloads stay on TCP: ", why);
+    return;
+  }
   refMin_ = minBytes;
   localTmpl_ = tmpl;
-  encodeLocalHello(localIdentity(), helloOut_);
 }
 
 void Connection::start() {
@@ -473,13 +478,26 @@ bool Connection::readFrame() {
 void Connection::localControl(const FrameHeader& h) {
   if (h.type == FrameType::kLocalHello) {
     fill(kLocalHelloBytes);
-    LocalIdentity peer = decodeLocalHello(rbuf_.data() + rstart_);
+    uint8_t hello[kLocalHelloBytes];
+    std::memcpy(hello, rbuf_.data() + rstart_, kLocalHelloBytes);
     rstart_ += kLocalHelloBytes;
     if (refMin_ == 0) return;  // reads are off here: never answer
+    if (helloSeen_) {
+      protocolFault_ = true;
+      throwError(ErrorKind::kRemote, name_, ": a second LOCAL_HELLO");
+    }
+    helloSeen_ = true;
+    if (std::memcmp(hello + 16, offer_->token.data(), offer_->token.size()) == 0) {
+      protocolFault_ = true;
+      throwError(ErrorKind::kRemote, name_,
+                 ": LOCAL_HELLO carries this end's own token: the peer replayed this "
+                 "process's hello back to it");
+    }
     std::string why;
-    if (peerMemory_.open(peer, &why)) {
+    if (attestPeer(hello, *offer_, &peerMemory_, &why)) {
       readsPeer_.store(true);
-      MCCL_LOG(kDebug, name_, ": same host; payloads from the peer are read from its memory");
+      MCCL_LOG(kDebug, name_, ": same host (pid ", peerMemory_.pid(),
+               ", attested by the kernel); payloads from the peer are read from its memory");
       postLocal(FrameType::kLocalOk, 0, nullptr, 0);
     } else {
       MCCL_LOG(kDebug, name_, ": payloads from the peer stay on TCP: ", why);
@@ -492,6 +510,12 @@ void Connection::localControl(const FrameHeader& h) {
                ") on a connection that offered no local reads");
   }
   if (h.type == FrameType::kLocalOk) {
+    if (!offer_->attested.load()) {
+      protocolFault_ = true;
+      throwError(ErrorKind::kRemote, name_,
+                 ": LOCAL_OK from a peer that never proved, on this host's attestation socket, "
+                 "that it is a local process of this connection; nothing goes to it by reference");
+    }
     peerReadsUs_.store(true);
     return;
   }

@@ -9,8 +9,8 @@
 //    kernel (after which the caller may reuse the payload memory).
 //
 // Same-host reads (enableLocalReads, transport/local_read.h): the two ends
-// probe each other at start; once the peer has said it can read this
-// process, DATA frames of at least the threshold go as REF frames (header +
+// attest each other at start through the kernel; once the peer has said it
+// can read this process, DATA frames of at least the threshold go as REF frames (header +
 // descriptor) and their SendCallback runs when the peer's REF_DONE says the
 // payload is copied, not when the bytes are in the kernel.
 //
@@ -94,10 +94,12 @@ class Connection {
   // always verified. Set before start().
   void setChecksum(bool on) { checksum_ = on; }
   // Offers same-host reads: DATA frames of at least `minBytes` (> 0) go by
-  // reference once the peer proves it can read this process, and this end
-  // reads the peer's REF frames when it can read the peer. `tmpl` gives the
-  // group and this rank for the control frames. Set before start().
-  void enableLocalReads(size_t minBytes, const FrameHeader& tmpl);
+  // reference once the peer has been attested as a local process holding
+  // the connection's session key `key` and said it reads this process, and
+  // this end reads the peer's REF frames once it has attested the peer
+  // (transport/local_read.h). `tmpl` gives the group and this rank for the
+  // control frames. Set before start(); a no-op where reads do not exist.
+  void enableLocalReads(size_t minBytes, const FrameHeader& tmpl, const Digest& key);
   void start();
   int peer() const { return peer_; }
   const SockAddr& peerAddr() const { return peerAddr_; }
@@ -191,6 +193,8 @@ class Connection {
   size_t refMin_ = 0;  // 0: off
   FrameHeader localTmpl_;
   uint8_t helloOut_[kLocalHelloBytes] = {};
+  std::shared_ptr<LocalOffer> offer_;  // set with refMin_
+  bool helloSeen_ = false;  // receive thread only
   std::atomic<bool> peerReadsUs_{false};
   PeerMemory peerMemory_;  // receive thread only, once readsPeer_ is set
   std::atomic<bool> readsPeer_{false};

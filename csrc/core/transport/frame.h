@@ -46,7 +46,7 @@ namespace mccl {
 constexpr uint32_t kFrameMagic = 0x4C43434Du;  // "MCCL" in memory order
 // 3: an ABORT fails its group, not the connection (links.h); `src` is the
 // sender's family rank (the rank in the group that made the links).
-constexpr uint16_t kProtocolVersion = 3;
+constexpr uint16_t kProtocolVersion = 4;
 constexpr size_t kFrameHeaderBytes = 72;
 // Hard ceiling on one frame's payload whatever MCCL_FRAME_BYTES says; frames
 // are also bounded by the receiver's configured limit.
@@ -62,7 +62,7 @@ enum class FrameType : uint8_t {
   kCts = 5,    // p2p rendezvous: its receive is posted, send it; no payload
   kRef = 6,         // DATA by reference: a descriptor follows, not the payload
   kRefDone = 7,     // a REF's payload was copied; token in `offset`, no payload
-  kLocalHello = 8,  // the sender's LocalIdentity (same-host probe)
+  kLocalHello = 8,  // the attestation socket and this end's token (same-host probe)
   kLocalOk = 9,     // the sender can read the receiver's memory; no payload
 };
 constexpr uint8_t kMaxFrameType = 9;

@@ -34,10 +34,13 @@ std::string checkPreamble(const uint8_t* p, uint8_t kind) {
   return {};
 }
 
-// MAC over a role byte, both nonces (own first) and the identities.
+// MAC over a role byte, both nonces (own first) and every field that
+// steers the connection: the group, both ranks (connector, acceptor), the
+// world size and the connector's listening port. Role 'K' derives the
+// connection's session key (nonceA first), which never crosses the wire.
 Digest mac(const Secret& secret, char role, const uint8_t* nonceFirst, const uint8_t* nonceSecond,
-           uint64_t group, uint32_t a, uint32_t b, uint32_t size) {
-  uint8_t msg[1 + 16 + 16 + 8 + 4 + 4 + 4];
+           uint64_t group, uint32_t a, uint32_t b, uint32_t size, uint16_t port) {
+  uint8_t msg[1 + 16 + 16 + 8 + 4 + 4 + 4 + 2];
   msg[0] = static_cast<uint8_t>(role);
   std::memcpy(msg + 1, nonceFirst, 16);
   std::memcpy(msg + 17, nonceSecond, 16);
@@ -45,13 +48,14 @@ Digest mac(const Secret& secret, char role, const uint8_t* nonceFirst, const uin
   putLE<uint32_t>(msg + 41, a);
   putLE<uint32_t>(msg + 45, b);
   putLE<uint32_t>(msg + 49, size);
+  putLE<uint16_t>(msg + 53, port);
   return hmacSha256(secret.data(), secret.size(), msg, sizeof(msg));
 }
 
 }  // namespace
 
-void handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
-                          Deadline deadline) {
+SessionKey handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
+                                Deadline deadline) {
   uint8_t helloA[kHelloABytes];
   if (!sock.recvAll(helloA, sizeof(helloA), deadline)) {
     throwError(ErrorKind::kRemote, "the peer closed the connection before the handshake");
@@ -69,7 +73,8 @@ void handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
   putLE<uint16_t>(helloC + 28, self.listenPort);
   uint8_t* nonceC = helloC + 32;
   secureRandom(nonceC, 16);
-  Digest m = mac(self.secret, 'C', nonceA, nonceC, self.group, self.rank, peerRank, self.size);
+  Digest m = mac(self.secret, 'C', nonceA, nonceC, self.group, self.rank, peerRank, self.size,
+                 self.listenPort);
   std::memcpy(helloC + 48, m.data(), m.size());
   sock.sendAll(helloC, sizeof(helloC), deadline);
 
@@ -77,16 +82,20 @@ void handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
   if (!sock.recvAll(ack, sizeof(ack), deadline)) {
     throwError(ErrorKind::kRemote,
                "the peer rejected the handshake (different job secret, group or world size: "
-               "is another job using this address?)");
+               "is MCCL_SECRET_FILE or MCCL_SECRET different on the two ranks, or another job "
+               "using this address?)");
   }
   bad = checkPreamble(ack, kKindAck);
   if (!bad.empty()) throwError(ErrorKind::kRemote, "handshake: ", bad);
   // Both MACs list the ranks as (connector, acceptor).
-  Digest expect = mac(self.secret, 'A', nonceC, nonceA, self.group, self.rank, peerRank, self.size);
+  Digest expect = mac(self.secret, 'A', nonceC, nonceA, self.group, self.rank, peerRank, self.size,
+                      self.listenPort);
   if (!constantTimeEqual(expect.data(), ack + 8, expect.size())) {
     throwError(ErrorKind::kRemote,
                "the peer could not prove the job secret (a different job on this address?)");
   }
+  return mac(self.secret, 'K', nonceA, nonceC, self.group, self.rank, peerRank, self.size,
+             self.listenPort);
 }
 
 AcceptorHandshake::AcceptorHandshake(const Identity& self) : self_(self) {
@@ -140,13 +149,15 @@ void AcceptorHandshake::verifyHelloC() {
   if (size != self_.size) return fail(strCat("world size ", size, ", this group has ", self_.size));
   if (dst != self_.rank) return fail(strCat("addressed to rank ", dst, ", this is rank ", self_.rank));
   if (src >= self_.size || src == self_.rank) return fail(strCat("claims to be rank ", src));
-  Digest expect = mac(self_.secret, 'C', nonceA_, nonceC, group, src, dst, size);
+  const uint16_t port = getLE<uint16_t>(in_ + 28);
+  Digest expect = mac(self_.secret, 'C', nonceA_, nonceC, group, src, dst, size, port);
   if (!constantTimeEqual(expect.data(), in_ + 48, expect.size())) {
     return fail("wrong proof of the job secret");
   }
   peerRank_ = src;
-  peerListenPort_ = getLE<uint16_t>(in_ + 28);
-  Digest reply = mac(self_.secret, 'A', nonceC, nonceA_, group, src, dst, size);
+  peerListenPort_ = port;
+  sessionKey_ = mac(self_.secret, 'K', nonceA_, nonceC, group, src, dst, size, port);
+  Digest reply = mac(self_.secret, 'A', nonceC, nonceA_, group, src, dst, size, port);
   putPreamble(out_, kKindAck);
   std::memcpy(out_ + 8, reply.data(), reply.size());
   outLen_ = kAckBytes;

@@ -7,6 +7,12 @@
 //                                    HMAC(secret, "C"|nonceA|nonceC|ids)
 //   acceptor  -> connector  Ack      magic, version, HMAC(secret, "A"|nonceC|nonceA|ids)
 //
+// "ids" are every field that steers the connection: group, both ranks, world
+// size and the connector's listening port. Both ends then hold a session key,
+// HMAC(secret, "K"|nonceA|nonceC|ids), unique to the connection and never
+// sent: it proves, on a second channel, that a process is this connection's
+// other end (same-host attestation, transport/local_read.h).
+//
 // The acceptor closes the socket, without a reply, on anything unexpected,
 // so a stranger learns nothing. The connector side is a blocking call; the
 // acceptor side is a small state machine driven by the listener's poll loop.
@@ -22,6 +28,7 @@
 namespace mccl {
 
 using Secret = std::array<uint8_t, 32>;
+using SessionKey = Digest;
 
 struct Identity {
   uint64_t group = 0;
@@ -35,9 +42,10 @@ constexpr size_t kHelloABytes = 24;
 constexpr size_t kHelloCBytes = 80;
 constexpr size_t kAckBytes = 40;
 
-// Connector side. Throws kRemote (rejected, wrong job, closed) or kTimeout.
-void handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
-                          Deadline deadline);
+// Connector side; returns the session key. Throws kRemote (rejected, wrong
+// job, closed) or kTimeout.
+SessionKey handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
+                                Deadline deadline);
 
 class AcceptorHandshake {
  public:
@@ -55,6 +63,8 @@ class AcceptorHandshake {
   uint32_t peerRank() const { return peerRank_; }
   // The connector's own listening port, as it announced it (0 if unknown).
   uint16_t peerListenPort() const { return peerListenPort_; }
+  // The connection's session key (valid once the state is kSendAck or kDone).
+  const SessionKey& sessionKey() const { return sessionKey_; }
   const std::string& failure() const { return failure_; }
 
  private:
@@ -70,6 +80,7 @@ class AcceptorHandshake {
   size_t inLen_ = 0;
   uint32_t peerRank_ = 0;
   uint16_t peerListenPort_ = 0;
+  SessionKey sessionKey_{};
   std::string failure_;
 };
 

@@ -161,7 +161,7 @@ void Listener::loop() {
         p.sock.setNonBlocking(false);
         uint32_t peer = p.hs->peerRank();
         MCCL_LOG(kDebug, logPrefix_, "accepted rank ", peer, " from ", p.from.toString());
-        onPeer_(std::move(p.sock), peer, p.hs->peerListenPort());
+        onPeer_(std::move(p.sock), peer, p.hs->peerListenPort(), p.hs->sessionKey());
       }
     }
     std::erase_if(pending, [](const Pending& p) { return !p.sock.valid(); });

@@ -21,7 +21,8 @@ namespace mccl {
 
 class Listener {
  public:
-  using OnPeer = std::function<void(Socket sock, uint32_t peerRank, uint16_t peerListenPort)>;
+  using OnPeer = std::function<void(Socket sock, uint32_t peerRank, uint16_t peerListenPort,
+                                    const SessionKey& key)>;
 
   // Binds on `addr`'s host: an ephemeral port, or the first free port of
   // portRange ("LOW-HIGH"). Throws kUsage/kSystem if nothing can be bound.

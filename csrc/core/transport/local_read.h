@@ -6,40 +6,73 @@
 // and the receiver copies it straight into place with process_vm_readv(2)
 // (Linux cross-memory attach): one copy, no protocol work.
 //
-// Whether a peer's memory is readable is proven, not assumed: each side
-// announces its boot id, network namespace, pid and the address of a random
-// cookie; the other side reads the cookie back through process_vm_readv and
-// compares. It fails (and the link keeps plain TCP) across hosts, network
-// namespaces (so `mccl netlab` hosts stay apart) and pid namespaces, for
-// other users, under a restrictive kernel.yama.ptrace_scope, and on systems
-// without the call (macOS).
+// Who the peer is on this host comes from the kernel, never from a frame:
+//  1. Over the TCP connection each end sends only a LOCAL_HELLO naming its
+//     process's attestation socket (a Unix-domain socket in the abstract
+//     namespace, so only processes in the same network namespace reach it)
+//     and a random token for its end of this connection. No pid and no
+//     address crosses TCP.
+//  2. The reader connects to the peer's socket. The kernel gives each side
+//     the other's pid and uid (SO_PEERCRED); both prove, with MACs keyed by
+//     the connection's session key (transport/handshake.h, never sent), that
+//     they are the two ends of this TCP connection. A token equal to one's
+//     own is refused, so a peer cannot reflect a process onto itself.
+//  3. Only then does the sender tell the reader, on that socket, the address
+//     and bytes of a random cookie; the reader pins the kernel-given pid with
+//     a pidfd and reads the cookie back, proving the pinned process is the
+//     one that answered.
+// A REF frame from a peer that was not attested this way is a protocol fault
+// (transport/connection.cc). Across hosts, network namespaces (so `mccl
+// netlab` hosts stay apart), users, under a restrictive
+// kernel.yama.ptrace_scope and on systems without process_vm_readv (macOS)
+// the attestation fails and the link keeps plain TCP.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "util/sha256.h"
 
 namespace mccl {
 
-struct LocalIdentity {
-  std::array<uint8_t, 16> bootId{};  // zero when unknown: never same-host
-  uint64_t netNs = 0;                // inode of the network namespace
-  uint32_t pid = 0;
-  uint64_t cookieAddr = 0;
-  std::array<uint8_t, 16> cookie{};
+using LocalToken = std::array<uint8_t, 16>;
+
+// Wire size of a LOCAL_HELLO payload: the attestation socket's name, then
+// the sending end's token.
+constexpr size_t kLocalHelloBytes = 16 + 16;
+
+// One end of one connection, offering its memory to the peer. The process's
+// attestation socket serves it while it lives.
+struct LocalOffer {
+  LocalToken token{};
+  Digest key{};  // the connection's session key
+  // Set (on the attestation thread) once the peer proved that it is a local
+  // process of this user holding the session key; only then may this end
+  // send REF frames.
+  std::atomic<bool> attested{false};
+  std::atomic<uint32_t> peerPid{0};  // as the kernel gave it
 };
 
-// Wire size of an announcement (the payload of a LOCAL_HELLO frame).
-constexpr size_t kLocalHelloBytes = 16 + 8 + 4 + 8 + 16;
+// Registers an offer for a connection with session key `key` (starting this
+// process's attestation socket on first use, again after a fork) and writes
+// the LOCAL_HELLO payload that names it. Returns null, with *why, where
+// same-host reads do not exist.
+std::shared_ptr<LocalOffer> offerLocalReads(const Digest& key, uint8_t hello[kLocalHelloBytes],
+                                            std::string* why);
 
-// This process (pid read at each call: it changes across fork).
-LocalIdentity localIdentity();
-void encodeLocalHello(const LocalIdentity& id, uint8_t out[kLocalHelloBytes]);
-LocalIdentity decodeLocalHello(const uint8_t in[kLocalHelloBytes]);
+class PeerMemory;
 
-// Whether this process can read `peer`'s memory; when not, *why says so.
-bool canReadPeer(const LocalIdentity& peer, std::string* why);
+// The reader's side: attests the peer whose LOCAL_HELLO is `hello`, as the
+// other end of the connection that `mine` offers, and pins it in *out.
+// False, with *why, when the peer is not a provable local process (another
+// host or namespace, another user, a wrong key, a reflected token).
+// Blocks for at most `timeoutMs`.
+bool attestPeer(const uint8_t hello[kLocalHelloBytes], const LocalOffer& mine, PeerMemory* out,
+                std::string* why, int timeoutMs = 2000);
 
 // Copies `len` bytes at address `addr` of process `pid` into `dst`. Throws
 // mccl::Error naming the process, the range and errno when it cannot.
@@ -54,10 +87,13 @@ class PeerMemory {
   PeerMemory(const PeerMemory&) = delete;
   PeerMemory& operator=(const PeerMemory&) = delete;
 
-  // Pins the process and proves its memory readable (canReadPeer); false,
-  // with *why, when it cannot (also where pidfds are missing: Linux < 5.3).
-  bool open(const LocalIdentity& peer, std::string* why);
+  // Pins process `pid` (as the kernel named it) and proves it is the
+  // process that holds `cookie` at `cookieAddr`; false, with *why, when it
+  // cannot (also where pidfds are missing: Linux < 5.3).
+  bool open(uint32_t pid, uint64_t cookieAddr, const std::array<uint8_t, 16>& cookie,
+            std::string* why);
   bool isOpen() const { return pidfd_ >= 0; }
+  uint32_t pid() const { return pid_; }
   // readPeerMemory, then a check that the process had not exited meanwhile
   // (its pid could belong to another process by then): throws if it had.
   void read(uint64_t addr, void* dst, size_t len) const;
@@ -67,5 +103,8 @@ class PeerMemory {
   int pidfd_ = -1;
   uint32_t pid_ = 0;
 };
+
+// This process's cookie (random bytes at a fixed address; for tests).
+void localCookie(uint64_t* addr, std::array<uint8_t, 16>* bytes);
 
 }  // namespace mccl

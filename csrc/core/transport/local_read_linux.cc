@@ -1,18 +1,16 @@
 // Same-host reads on Linux: process_vm_readv(2) and pidfds (Linux >= 5.3).
-// The portable twin is local_read_none.cc; CMake chooses.
-#include "transport/local_read.h"
-
+// The attestation that names the peer is local_attest_linux.cc; the portable
+// twin of both is local_read_none.cc; CMake chooses.
 #include <poll.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 
+#include "transport/local_read.h"
 #include "util/error.h"
 #include "util/random.h"
 
@@ -23,82 +21,12 @@ namespace {
 alignas(16) uint8_t gCookie[16];
 std::once_flag gCookieOnce;
 
-std::array<uint8_t, 16> readBootId() {
-  std::array<uint8_t, 16> id{};
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string text;
-  if (!(in >> text)) return id;
-  size_t n = 0;
-  int half = -1;
-  for (char ch : text) {
-    int v = (ch >= '0' && ch <= '9') ? ch - '0'
-            : (ch >= 'a' && ch <= 'f') ? ch - 'a' + 10
-                                       : -1;
-    if (v < 0) continue;
-    if (half < 0) {
-      half = v;
-    } else if (n < id.size()) {
-      id[n++] = static_cast<uint8_t>(half << 4 | v);
-      half = -1;
-    }
-  }
-  if (n != id.size()) id.fill(0);
-  return id;
-}
-
-uint64_t readNetNs() {
-  struct stat st;
-  if (::stat("/proc/self/ns/net", &st) != 0) return 0;
-  return static_cast<uint64_t>(st.st_ino);
-}
-
-std::string hex(const std::array<uint8_t, 16>& b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (uint8_t v : b) {
-    s += d[v >> 4];
-    s += d[v & 15];
-  }
-  return s;
-}
-
 }  // namespace
 
-LocalIdentity localIdentity() {
+void localCookie(uint64_t* addr, std::array<uint8_t, 16>* bytes) {
   std::call_once(gCookieOnce, [] { secureRandom(gCookie, sizeof(gCookie)); });
-  static const std::array<uint8_t, 16> bootId = readBootId();
-  LocalIdentity id;
-  id.bootId = bootId;
-  id.netNs = readNetNs();
-  id.pid = static_cast<uint32_t>(::getpid());
-  id.cookieAddr = reinterpret_cast<uintptr_t>(gCookie);
-  std::memcpy(id.cookie.data(), gCookie, sizeof(gCookie));
-  return id;
-}
-
-bool canReadPeer(const LocalIdentity& peer, std::string* why) {
-  const LocalIdentity self = localIdentity();
-  const std::array<uint8_t, 16> zero{};
-  if (self.bootId == zero || peer.bootId != self.bootId) {
-    *why = strCat("another host (boot id ", hex(peer.bootId), ", this host's ", hex(self.bootId), ")");
-    return false;
-  }
-  if (peer.netNs != self.netNs || self.netNs == 0) {
-    *why = strCat("another network namespace (", peer.netNs, ", this process's ", self.netNs, ")");
-    return false;
-  }
-  std::array<uint8_t, 16> got{};
-  try {
-    readPeerMemory(peer.pid, peer.cookieAddr, got.data(), got.size());
-  } catch (const Error& e) {
-    *why = e.what();
-    return false;
-  }
-  if (got != peer.cookie) {
-    *why = strCat("pid ", peer.pid, " here is another process (a separate pid namespace)");
-    return false;
-  }
-  return true;
+  *addr = reinterpret_cast<uintptr_t>(gCookie);
+  std::memcpy(bytes->data(), gCookie, sizeof(gCookie));
 }
 
 void readPeerMemory(uint32_t pid, uint64_t addr, void* dst, size_t len) {
@@ -126,24 +54,38 @@ PeerMemory::~PeerMemory() {
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
-bool PeerMemory::open(const LocalIdentity& peer, std::string* why) {
+bool PeerMemory::open(uint32_t pid, uint64_t cookieAddr, const std::array<uint8_t, 16>& cookie,
+                      std::string* why) {
 #if defined(SYS_pidfd_open)
   // Pin first, then prove: the cookie read afterwards shows that the pinned
-  // process is the one that announced itself.
-  const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(peer.pid), 0);
+  // process is the one that told us the cookie.
+  const long fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
   if (fd < 0) {
-    *why = strCat("pidfd_open(", peer.pid, ") failed: ", std::strerror(errno));
+    *why = strCat("pidfd_open(", pid, ") failed: ", std::strerror(errno));
     return false;
   }
   pidfd_ = static_cast<int>(fd);
-  pid_ = peer.pid;
-  if (canReadPeer(peer, why) && !exited()) return true;
-  if (why->empty()) *why = strCat("pid ", peer.pid, " exited during the probe");
+  pid_ = pid;
+  std::array<uint8_t, 16> got{};
+  try {
+    readPeerMemory(pid, cookieAddr, got.data(), got.size());
+    if (got != cookie) {
+      *why = strCat("pid ", pid, " does not hold the cookie it named (another process)");
+    } else if (exited()) {
+      *why = strCat("pid ", pid, " exited during the probe");
+    } else {
+      return true;
+    }
+  } catch (const Error& e) {
+    *why = e.what();
+  }
   ::close(pidfd_);
   pidfd_ = -1;
   return false;
 #else
-  (void)peer;
+  (void)pid;
+  (void)cookieAddr;
+  (void)cookie;
   *why = "same-host reads need pidfd_open (Linux >= 5.3 headers)";
   return false;
 #endif
