@@ -293,7 +293,24 @@ def parser() -> argparse.ArgumentParser:
         x.add_argument("--config", required=True, help="the fleet's TOML file (see mccl.agent.config)")
         if name == "install":
             x.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
+
+    sc = sub.add_parser("secret", help="write a job secret file for MCCL_SECRET_FILE (32 random bytes, mode 600)")
+    sc.add_argument("path", help="where to write it (refused if it exists, unless --force)")
+    sc.add_argument("--force", action="store_true", help="replace an existing file")
     return ap
+
+
+def _secret(a) -> int:
+    from mccl.secret import write_secret
+    try:
+        path = write_secret(a.path, force=a.force)
+    except (FileExistsError, OSError) as e:
+        print(f"mccl secret: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} (32 random bytes, mode 600).\n"
+          f"Copy it to every machine of the job (same path or not), readable only by the user "
+          f"that runs the workers, and set MCCL_SECRET_FILE={path} for every rank.")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         return _elastic(a)
     if a.command == "agent":
         return _agent(a)
+    if a.command == "secret":
+        return _secret(a)
     return 2
 
 

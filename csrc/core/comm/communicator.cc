@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/job_secret.h"
 #include "comm/op_context.h"
 #include "util/check.h"
 #include "util/logging.h"
@@ -101,14 +102,23 @@ void Communicator::bootstrap() {
   CostModel mine = cfg_.model;
   mine.sharedHost = itf.loopback;
   mine.localReadBytes = mine.sharedHost ? cfg_.localReadBytes : 0;
-  Rendezvous::Record boot = rendezvous->exchange(cfg_.rank, mine, cfg_.timeout);
+  Rendezvous::Record boot = rendezvous->exchange(cfg_.rank, mine, cfg_.wireSettings(),
+                                                 cfg_.jobSecret.has_value(), cfg_.timeout);
+  const std::string mismatch = cfg_.wireMismatch(boot.settings);
+  MCCL_USAGE_CHECK(mismatch.empty(), selfName(), ": ", mismatch);
+  MCCL_USAGE_CHECK(boot.keyed == cfg_.jobSecret.has_value(), selfName(), ": ",
+                   boot.keyed ? "rank 0 has a job secret (MCCL_SECRET_FILE or MCCL_SECRET) and this "
+                                "rank has none"
+                              : "this rank has a job secret (MCCL_SECRET_FILE or MCCL_SECRET) and "
+                                "rank 0 has none",
+                   "; set the same one on every rank");
   groupId_ = boot.group;
   model_ = boot.model;
   Identity identity;
   identity.rank = static_cast<uint32_t>(cfg_.rank);
   identity.size = static_cast<uint32_t>(cfg_.size);
   identity.group = boot.group;
-  identity.secret = boot.secret;
+  identity.secret = cfg_.jobSecret ? groupSecret(*cfg_.jobSecret, boot.group, boot.salt) : boot.salt;
   auto links = std::make_shared<Links>(cfg_, identity, std::move(rendezvous), selfName());
   links->setOwner(this, groupId_);
   {

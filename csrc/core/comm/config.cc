@@ -1,5 +1,9 @@
 #include "comm/config.h"
 
+#include <map>
+#include <sstream>
+
+#include "comm/job_secret.h"
 #include "util/check.h"
 #include "util/params.h"
 
@@ -26,6 +30,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.inflightOps = static_cast<int>(params::inflightOps());
   c.pieceBytes = static_cast<size_t>(params::pieceBytes());
   c.handshakeTimeout = std::chrono::milliseconds(params::handshakeTimeoutMs());
+  c.jobSecret = loadJobSecret();
   c.validate();
   return c;
 }
@@ -50,6 +55,43 @@ void CommConfig::validate() const {
                    "MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got ", pieceBytes);
   MCCL_USAGE_CHECK(unexpectedBytes >= frameBytes, "MCCL_UNEXPECTED_BYTES (", unexpectedBytes,
                    ") must be at least MCCL_FRAME_BYTES (", frameBytes, ")");
+}
+
+std::string CommConfig::wireSettings() const {
+  namespace spec = params::spec;
+  std::ostringstream out;
+  out << spec::chunkBytes.env << "=" << chunkBytes << "\n"
+      << spec::frameBytes.env << "=" << frameBytes << "\n"
+      << spec::pieceBytes.env << "=" << pieceBytes << "\n"
+      << spec::smallBytes.env << "=" << smallBytes << "\n"
+      << spec::p2pEagerBytes.env << "=" << p2pEagerBytes << "\n"
+      << spec::nsocksPerPeer.env << "=" << nsocksPerPeer << "\n"
+      << spec::checksum.env << "=" << (checksum ? 1 : 0) << "\n"
+      << spec::algo.env << "=" << algo << "\n";
+  return out.str();
+}
+
+std::string CommConfig::wireMismatch(const std::string& rank0) const {
+  auto parse = [](const std::string& text) {
+    std::map<std::string, std::string> kv;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t eq = line.find('=');
+      if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return kv;
+  };
+  const auto theirs = parse(rank0), mine = parse(wireSettings());
+  for (const auto& [env, value] : mine) {
+    auto it = theirs.find(env);
+    const std::string other = it == theirs.end() ? "(not sent)" : it->second;
+    if (other != value) {
+      return strCat(env, " is '", value, "' on this rank but '", other,
+                    "' on rank 0; settings that shape the wire must be the same on every rank");
+    }
+  }
+  return "";
 }
 
 }  // namespace mccl

@@ -3,9 +3,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "comm/cost_model.h"
+#include "transport/handshake.h"
 #include "util/params.h"
 
 namespace mccl {
@@ -44,6 +46,9 @@ struct CommConfig {
   // all_reduce larger than twice this runs in pieces (0: never).
   size_t pieceBytes = params::spec::pieceBytes.def;
   std::chrono::milliseconds handshakeTimeout{params::spec::handshakeTimeoutMs.def};
+  // MCCL_SECRET_FILE / MCCL_SECRET (comm/job_secret.h); empty: the store
+  // carries each group's secret.
+  std::optional<Secret> jobSecret;
   // Tests only: the listener waits this long after a handshake before the
   // connection joins the group (a listener descheduled at the wrong moment).
   std::chrono::milliseconds adoptDelayForTesting{0};
@@ -53,6 +58,12 @@ struct CommConfig {
   // Checks every setting against its declared range (params.def) and the
   // rules between settings; throws a usage error naming the setting.
   void validate() const;
+  // The settings that shape what goes on the wire, as "ENV=value" lines:
+  // rank 0 publishes its own at bootstrap and every rank must match them.
+  std::string wireSettings() const;
+  // Empty when `rank0` (rank 0's wireSettings()) equals this rank's, else
+  // which setting differs, with both values.
+  std::string wireMismatch(const std::string& rank0) const;
 };
 
 }  // namespace mccl

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "util/bytes.h"
 #include "util/check.h"
 #include "util/random.h"
 
@@ -20,15 +21,20 @@ Rendezvous::Rendezvous(std::shared_ptr<Store> store, std::string who)
     : store_(std::move(store)), who_(std::move(who)) {}
 
 Rendezvous::Record Rendezvous::exchange(int rank, const CostModel& model,
+                                        const std::string& settings, bool keyed,
                                         std::chrono::milliseconds timeout) {
-  // The record: group id (8 bytes), job secret (32), then rank 0's cost
-  // model as text.
+  // The record: group id (8 bytes), salt (32), flags (1: bit 0 = keyed by a
+  // job secret), the settings' length (4) and text, then rank 0's cost model
+  // as text.
   Record r;
-  const size_t fixed = 8 + r.secret.size();
+  const size_t fixed = 8 + r.salt.size() + 1 + 4;
   std::vector<uint8_t> boot;
   if (rank == 0) {
     boot.resize(fixed);
-    secureRandom(boot.data(), boot.size());
+    secureRandom(boot.data(), 8 + r.salt.size());
+    boot[40] = keyed ? 1 : 0;
+    putLE<uint32_t>(boot.data() + 41, static_cast<uint32_t>(settings.size()));
+    boot.insert(boot.end(), settings.begin(), settings.end());
     std::string text = model.serialize();
     boot.insert(boot.end(), text.begin(), text.end());
     std::lock_guard<std::mutex> lock(mu_);
@@ -37,12 +43,18 @@ Rendezvous::Record Rendezvous::exchange(int rank, const CostModel& model,
     std::lock_guard<std::mutex> lock(mu_);
     boot = store_->get(kBootstrapKey, timeout);
   }
-  MCCL_USAGE_CHECK(boot.size() >= fixed, who_, ": malformed bootstrap record in the store (",
-                   boot.size(), " bytes); is another program using the same store prefix?");
+  const uint32_t settingsLen = boot.size() >= fixed ? getLE<uint32_t>(boot.data() + 41) : 0;
+  MCCL_USAGE_CHECK(boot.size() >= fixed && boot[40] <= 1 && settingsLen <= boot.size() - fixed,
+                   who_, ": malformed bootstrap record in the store (", boot.size(),
+                   " bytes); is another program, or another MCCL version, using the same store "
+                   "prefix?");
   std::memcpy(&r.group, boot.data(), 8);
-  std::memcpy(r.secret.data(), boot.data() + 8, r.secret.size());
+  std::memcpy(r.salt.data(), boot.data() + 8, r.salt.size());
+  r.keyed = boot[40] == 1;
+  const auto settingsBegin = boot.begin() + static_cast<long>(fixed);
+  r.settings.assign(settingsBegin, settingsBegin + settingsLen);
   r.model = rank == 0 ? model
-                      : CostModel::parse(std::string(boot.begin() + static_cast<long>(fixed), boot.end()),
+                      : CostModel::parse(std::string(settingsBegin + settingsLen, boot.end()),
                                          "rank 0's cost model");
   return r;
 }

@@ -1,0 +1,226 @@
+// The job secret (comm/job_secret.h) and the wire settings agreed at
+// bootstrap: a keyed group works and its store holds nothing that passes
+// the handshake; a rank whose secret or wire settings differ from rank 0's
+// is refused at creation, naming what differs; secret files are checked.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/job_secret.h"
+#include "harness.h"
+#include "transport/handshake.h"
+#include "util/bytes.h"
+
+namespace mccl::test {
+namespace {
+
+Secret jobSecretOf(char c) {
+  const std::string text(40, c);
+  return deriveJobSecret(text.data(), text.size());
+}
+
+// Creates `n` communicators on one store, each configured by `configure`;
+// returns each rank's creation error ("" when it succeeded) and runs `fn`
+// on the ones that were created.
+std::vector<std::string> createRanks(int n, const std::function<void(int, CommConfig&)>& configure,
+                                     const std::function<void(Communicator&)>& fn,
+                                     std::shared_ptr<MemoryStore> store = nullptr) {
+  if (!store) store = std::make_shared<MemoryStore>();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::shared_ptr<Communicator> comm;
+      try {
+        CommConfig cfg = baseConfig(r, n);
+        cfg.timeout = std::chrono::seconds(10);
+        configure(r, cfg);
+        comm = Communicator::create(store, cfg);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+        return;
+      }
+      if (fn) fn(*comm);
+      comm->shutdown();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(JobSecret, KeyedGroupWorksAndTheStoreHoldsNothingThatPassesTheHandshake) {
+  auto store = std::make_shared<MemoryStore>();
+  std::atomic<int> ok{0};
+  std::vector<uint8_t> boot;
+  auto errors = createRanks(
+      3, [](int, CommConfig& c) { c.jobSecret = jobSecretOf('k'); },
+      [&](Communicator& comm) {
+        std::vector<int32_t> v{comm.rank() + 1, 7};
+        AllreduceOptions o;
+        o.buf = v.data();
+        o.count = v.size();
+        o.dtype = DataType::kInt32;
+        o.op = ReduceOp::kSum;
+        allreduce(comm, o)->wait();
+        if (v[0] == 6 && v[1] == 21) ++ok;
+        if (comm.rank() == 2) {
+          // A reader of the store: it knows the group id, the salt and rank
+          // 0's address, and tries the salt as the group's secret.
+          boot = store->get("mccl/v1/bootstrap", std::chrono::seconds(1));
+          Identity thief;
+          thief.group = getLE<uint64_t>(boot.data());
+          thief.rank = 2;
+          thief.size = 3;
+          std::memcpy(thief.secret.data(), boot.data() + 8, 32);
+          auto addr = store->get("mccl/v1/addr/0", std::chrono::seconds(1));
+          Socket s = Socket::connect(SockAddr::parse(std::string(addr.begin(), addr.end())),
+                                     Deadline::after(std::chrono::seconds(2)), "thief");
+          EXPECT_THROW(handshakeAsConnector(s, thief, 0, Deadline::after(std::chrono::seconds(5))),
+                       Error);
+        }
+        // Keep every rank alive until the thief is done.
+        std::vector<int32_t> w{1};
+        AllreduceOptions b = o;
+        b.buf = w.data();
+        b.count = 1;
+        allreduce(comm, b)->wait();
+      },
+      store);
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(ok.load(), 3);
+  ASSERT_GE(boot.size(), 41u);
+  EXPECT_EQ(boot[40], 1) << "the record says the group is keyed";
+  // The group's secret is derived, never stored.
+  Secret salt;
+  std::memcpy(salt.data(), boot.data() + 8, 32);
+  const Secret derived = groupSecret(jobSecretOf('k'), getLE<uint64_t>(boot.data()), salt);
+  EXPECT_EQ(std::search(boot.begin(), boot.end(), derived.begin(), derived.end()), boot.end());
+}
+
+TEST(JobSecret, RanksWithDifferentSecretsOrNoneAreRefused) {
+  // Rank 1 has none while rank 0 has one: refused at creation, clearly.
+  auto errors = createRanks(
+      2, [](int r, CommConfig& c) { if (r == 0) c.jobSecret = jobSecretOf('a'); }, nullptr);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_NE(errors[1].find("rank 0 has a job secret"), std::string::npos) << errors[1];
+  // Both have one, but not the same: the handshake fails (each side learns
+  // only that the other cannot prove the secret), and the collective fails
+  // at once with that cause instead of waiting for its timeout.
+  std::atomic<int> failed{0};
+  std::mutex mu;
+  std::vector<std::string> whys;
+  const auto start = std::chrono::steady_clock::now();
+  errors = createRanks(
+      2, [](int r, CommConfig& c) { c.jobSecret = jobSecretOf(r == 0 ? 'a' : 'b'); },
+      [&](Communicator& comm) {
+        std::vector<float> v(3, 1.0f);
+        AllreduceOptions o;
+        o.buf = v.data();
+        o.count = v.size();
+        o.dtype = DataType::kFloat32;
+        o.op = ReduceOp::kSum;
+        try {
+          allreduce(comm, o)->wait();
+        } catch (const Error& e) {
+          ++failed;
+          std::lock_guard<std::mutex> lock(mu);
+          whys.push_back(e.what());
+        }
+      });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(failed.load(), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8))
+      << "the ranks' 10 s timeout must not be what ends the collective";
+  for (const auto& w : whys) EXPECT_NE(w.find("MCCL_SECRET_FILE"), std::string::npos) << w;
+}
+
+TEST(WireSettings, DifferentChunkOrFrameSizesAreRefusedAtCreation) {
+  auto errors = createRanks(
+      3, [](int r, CommConfig& c) { if (r == 2) c.chunkBytes = 65536; }, nullptr);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(errors[2].find("MCCL_CHUNK_BYTES is '65536' on this rank but '"), std::string::npos)
+      << errors[2];
+  EXPECT_NE(errors[2].find("rank 2/3"), std::string::npos) << errors[2];
+  errors = createRanks(
+      2, [](int r, CommConfig& c) { if (r == 1) c.algo = "allreduce=ring"; }, nullptr);
+  EXPECT_NE(errors[1].find("MCCL_ALGO"), std::string::npos) << errors[1];
+}
+
+// Sets an environment variable for one scope.
+struct Env {
+  std::string name;
+  Env(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
+  ~Env() { ::unsetenv(name.c_str()); }
+};
+
+std::string loadError() {
+  try {
+    loadJobSecret();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JobSecret, SecretFilesAreCheckedStrictly) {
+  char dir[] = "/tmp/mccl-secret-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/job.secret";
+  auto write = [&](const std::string& body, mode_t mode) {
+    ::unlink(path.c_str());
+    int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, body.data(), body.size()), static_cast<ssize_t>(body.size()));
+    ::close(fd);
+    ::chmod(path.c_str(), mode);
+  };
+  const std::string good(64, 'x');
+  {
+    Env e("MCCL_SECRET_FILE", path);
+    write(good, 0600);
+    EXPECT_EQ(loadError(), "");
+    EXPECT_EQ(*loadJobSecret(), deriveJobSecret(good.data(), good.size()));
+    write(good, 0640);
+    EXPECT_NE(loadError().find("chmod 600"), std::string::npos) << loadError();
+    write(good, 0604);
+    EXPECT_NE(loadError().find("mode is 0604"), std::string::npos) << loadError();
+    write("short", 0600);
+    EXPECT_NE(loadError().find("at least 32"), std::string::npos) << loadError();
+    const std::string link = std::string(dir) + "/link";
+    write(good, 0600);
+    ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+    Env l("MCCL_SECRET_FILE", link);
+    EXPECT_NE(loadError().find("symbolic links"), std::string::npos) << loadError();
+    ::unlink(link.c_str());
+  }
+  {
+    Env e("MCCL_SECRET_FILE", std::string(dir) + "/missing");
+    EXPECT_NE(loadError().find("cannot open"), std::string::npos) << loadError();
+  }
+  {
+    Env e("MCCL_SECRET", "too short");
+    EXPECT_NE(loadError().find("at least 32"), std::string::npos) << loadError();
+    EXPECT_EQ(loadError().find("too short"), std::string::npos) << "the value must not be shown";
+    Env f("MCCL_SECRET_FILE", path);
+    EXPECT_NE(loadError().find("both set"), std::string::npos) << loadError();
+  }
+  {
+    Env e("MCCL_SECRET", std::string(32, 's'));
+    EXPECT_EQ(loadError(), "");
+  }
+  EXPECT_FALSE(loadJobSecret().has_value());
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+}
+
+}  // namespace
+}  // namespace mccl::test
