@@ -85,6 +85,11 @@ def main():
     write("attest", "open_then_proof", bytes([2]) + pre(1) + bytes(range(48)) + pre(3) + bytes(32))
     write("attest", "server_proof", bytes([1]) + pre(2) + bytes(range(48)))
     write("attest", "server_proof_cookie", bytes([3]) + pre(2) + bytes(range(48)) + pre(4) + bytes(24))
+    # Sealed streams (fuzz_sealed seals them itself): mode byte (bit 0
+    # encrypt, bit 1 flip a bit), flip position byte, then plain frames.
+    seq = b"".join(frames[k] for k in ("data", "p2p", "abort", "close"))
+    for mode in (0, 1, 2, 3):
+        write("sealed", f"sequence_mode{mode}", bytes([mode, 77]) + seq)
     print("seeds written to", HERE / "corpus")
 
 

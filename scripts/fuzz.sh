@@ -19,8 +19,8 @@ CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DMCCL_BUILD_FUZZERS=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/fuzz
 
-declare -A MAXLEN=([fuzz_frame]=128 [fuzz_handshake]=512 [fuzz_stream]=65536 [fuzz_attest]=512)
-for target in fuzz_frame fuzz_handshake fuzz_stream fuzz_attest; do
+declare -A MAXLEN=([fuzz_frame]=128 [fuzz_handshake]=512 [fuzz_stream]=65536 [fuzz_attest]=512 [fuzz_sealed]=65536)
+for target in fuzz_frame fuzz_handshake fuzz_stream fuzz_attest fuzz_sealed; do
   name=${target#fuzz_}
   work=build/fuzz/work/$name
   mkdir -p "$work"

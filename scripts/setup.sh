@@ -16,6 +16,16 @@ if [ ! -f /usr/include/gtest/gtest.h ]; then
     { $SUDO apt-get update -q >/dev/null && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgtest-dev >/dev/null; }
 fi
 
+# OpenSSL's libcrypto: MCCL_WIRE_SECURITY loads it at run time (its tests
+# need it). Present wherever Python's ssl module works; installed if not.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcrypto\.so\.3'; then
+  say "installing libssl3 (libcrypto, for MCCL_WIRE_SECURITY)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  { $SUDO apt-get update -q >/dev/null && { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libssl3 >/dev/null 2>&1 ||
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libssl3t64 >/dev/null; }; } ||
+    { echo "setup.sh: could not install libssl3 (MCCL_WIRE_SECURITY and its tests need libcrypto)" >&2; exit 1; }
+fi
+
 # Build tools and torch. Torch is installed only when absent: an installed
 # torch (2.5 or newer, CPU or CUDA) is used as is.
 $PY -m pip --version >/dev/null

@@ -86,6 +86,10 @@ PYBIND11_MODULE(_C, m) {
           "frames whose payload a same-host peer read from this process's memory "
           "(MCCL_LOCAL_READ_BYTES; diagnostics)")
       .def_property_readonly(
+          "sealed_frames_received",
+          [](ProcessGroupMCCL& pg) { return pg.comm().sealedFramesReceived(); },
+          "frames that arrived with a valid AES-GCM tag (MCCL_WIRE_SECURITY; diagnostics)")
+      .def_property_readonly(
           "failed_peers", [](ProcessGroupMCCL& pg) { return pg.comm().failedPeers(); },
           "ranks of this group whose connection failed (the peers this rank saw die)")
       .def_property_readonly(

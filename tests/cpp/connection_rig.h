@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -104,7 +105,9 @@ struct Rig {
 
   // localReads > 0: the connection offers same-host reads from that size,
   // with session key `key`.
-  explicit Rig(size_t localReads = 0, const Digest& key = Digest{}) {
+  // `setup` runs on the connection before it starts.
+  explicit Rig(size_t localReads = 0, const Digest& key = Digest{},
+               const std::function<void(Connection&)>& setup = nullptr) {
     auto [mine, theirs] = socketPair();
     fake = std::move(theirs);
     conn = std::make_unique<Connection>(std::move(mine), 1, sink, 1u << 20, 0,
@@ -115,6 +118,7 @@ struct Rig {
       tmpl.src = 0;
       conn->enableLocalReads(localReads, tmpl, key);
     }
+    if (setup) setup(*conn);
     conn->start();
   }
   ~Rig() { conn->close(); }

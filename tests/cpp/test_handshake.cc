@@ -198,6 +198,22 @@ TEST(Listener, PortRange) {
   EXPECT_GE(l1.address().port(), 47211);
   EXPECT_LE(l2.address().port(), 47215);
   EXPECT_NE(l1.address().port(), l2.address().port());
+  // A bind that fails for another reason than "in use" says so (here: an
+  // address this host does not have).
+  try {
+    Listener(SockAddr::parse("198.19.255.254:0"), "47300-47302", acc, std::chrono::milliseconds(1),
+             [](Socket, uint32_t, uint16_t, const SessionKey&) {}, "");
+    ADD_FAILURE() << "bound an address this host does not have";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cannot listen on 198.19.255.254:47300"), std::string::npos) << what;
+    EXPECT_EQ(what.find("no free port"), std::string::npos) << what;
+  }
+  int lo = 0, hi = 0;
+  EXPECT_TRUE(parsePortRange("1000-2000", &lo, &hi));
+  for (const char* bad : {"1000abc-2000", "1000-2000x", " 1000-2000", "+1-2", "0-5", "5-70000", "-", "12"}) {
+    EXPECT_FALSE(parsePortRange(bad, &lo, &hi)) << bad;
+  }
   EXPECT_THROW(Listener(SockAddr::parse("127.0.0.1:0"), "5-3", acc, std::chrono::milliseconds(1),
                         [](Socket, uint32_t, uint16_t, const SessionKey&) {}, ""),
                Error);

@@ -7,6 +7,7 @@
 // process that exits.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -119,6 +121,47 @@ TEST(LocalRead, AttestationNamesThePeerByTheKernelAndNeedsTheSessionKey) {
   far[0] ^= 1;
   EXPECT_FALSE(attestPeer(far.data(), *a, &m2, &why));
   EXPECT_NE(why.find("not reachable"), std::string::npos) << why;
+}
+
+int attestThreads() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    if (std::getline(f, name) && name == "mccl-attest") ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+TEST(LocalRead, AttestationSocketLivesWhileOffersDo) {
+  const int before = attestThreads();
+  std::string why;
+  std::array<uint8_t, kLocalHelloBytes> h1{}, h2{}, h3{};
+  auto a = offerLocalReads(keyOf(11), h1.data(), &why);
+  auto b = offerLocalReads(keyOf(11), h2.data(), &why);
+  ASSERT_TRUE(a && b) << why;
+  const int want = before == 0 ? 1 : before;
+  EXPECT_TRUE(waitFor([&] { return attestThreads() == want; })) << attestThreads();  // named once it runs
+  withdrawLocalReads(*a);
+  PeerMemory m;
+  EXPECT_TRUE(attestPeer(h2.data(), *a, &m, &why)) << "b's offer still served: " << why;
+  withdrawLocalReads(*b);
+  withdrawLocalReads(*b);  // idempotent
+  if (before == 0) {
+    EXPECT_EQ(attestThreads(), 0) << "the last withdrawal joins the socket's thread";
+    PeerMemory gone;
+    EXPECT_FALSE(attestPeer(h2.data(), *a, &gone, &why));
+    EXPECT_NE(why.find("not reachable"), std::string::npos) << why;
+  }
+  // A new offer starts a new socket, under a new name.
+  auto c = offerLocalReads(keyOf(11), h3.data(), &why);
+  ASSERT_TRUE(c) << why;
+  EXPECT_NE(0, std::memcmp(h3.data(), h1.data(), 16));
+  withdrawLocalReads(*c);
 }
 
 TEST(LocalRead, ImpostorSocketWithoutTheKeyIsRefused) {

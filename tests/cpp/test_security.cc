@@ -139,7 +139,14 @@ TEST(JobSecret, RanksWithDifferentSecretsOrNoneAreRefused) {
   EXPECT_EQ(failed.load(), 2);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8))
       << "the ranks' 10 s timeout must not be what ends the collective";
-  for (const auto& w : whys) EXPECT_NE(w.find("MCCL_SECRET_FILE"), std::string::npos) << w;
+  // At least one side names the cause; the other may instead see its peer
+  // hang up mid-handshake (the peer already failed and shut down).
+  int named = 0;
+  for (const auto& w : whys) {
+    named += w.find("MCCL_SECRET_FILE") != std::string::npos;
+    EXPECT_NE(w.find("connection to rank"), std::string::npos) << w;
+  }
+  EXPECT_GE(named, 1) << whys[0];
 }
 
 TEST(WireSettings, DifferentChunkOrFrameSizesAreRefusedAtCreation) {

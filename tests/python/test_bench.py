@@ -27,7 +27,7 @@ def test_collective_sweep_json_and_table(tmp_path):
                  "--target", "0.005", "--json", str(out))
     for op in ops.split(","):
         assert f"## {op}" in text, text
-    assert "busbw ratio" in text
+    assert "mccl/gloo" in text
     data = json.loads(out.read_text())
     assert data["meta"]["world"] == 3
     rows = data["results"]

@@ -53,6 +53,9 @@ else:
     ("MCCL_SOCKET_BUFFER", "4G", ["MCCL_SOCKET_BUFFER=4G", "[0, 1G]"]),
     ("MCCL_UNEXPECTED_BYTES", "-1", ["MCCL_UNEXPECTED_BYTES=-1", "[4K, 1T]"]),
     ("MCCL_INFLIGHT_OPS", "many", ["MCCL_INFLIGHT_OPS=many", "not a number"]),
+    ("MCCL_LOG_LEVEL", "verbose-please", ["MCCL_LOG_LEVEL=verbose-please", "ERROR, WARN, INFO, DEBUG, TRACE"]),
+    ("MCCL_PORT_RANGE", "1000abc-2000", ["MCCL_PORT_RANGE=1000abc-2000", "LOW-HIGH"]),
+    ("MCCL_WIRE_SECURITY", "yes", ["MCCL_WIRE_SECURITY=yes", "off, integrity, encrypt"]),
 ])
 def test_out_of_range_setting_is_refused_by_name(var, value, words):
     # Every numeric setting is checked against the range declared beside it

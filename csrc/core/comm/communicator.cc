@@ -324,6 +324,11 @@ size_t Communicator::numConnections() const {
   return l ? l->peers().open() : 0;
 }
 
+uint64_t Communicator::sealedFramesReceived() const {
+  auto l = links();
+  return l ? l->peers().framesOpened() : 0;
+}
+
 uint64_t Communicator::refFramesSent() const {
   auto l = links();
   return l ? l->peers().refFramesSent() : 0;

@@ -125,6 +125,8 @@ class Communicator final : public OpHost, public LinkOwner {
   // peers, connections the listener closed for failing the handshake.
   size_t numConnections() const;
   uint64_t refFramesSent() const;
+  // Frames received with a valid tag (MCCL_WIRE_SECURITY), on this group's links.
+  uint64_t sealedFramesReceived() const;
   size_t rejectedConnections() const;
 
  private:

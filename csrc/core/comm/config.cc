@@ -4,6 +4,9 @@
 #include <sstream>
 
 #include "comm/job_secret.h"
+#include "transport/listener.h"
+#include "util/aead.h"
+#include "util/logging.h"
 #include "util/check.h"
 #include "util/params.h"
 
@@ -31,6 +34,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.pieceBytes = static_cast<size_t>(params::pieceBytes());
   c.handshakeTimeout = std::chrono::milliseconds(params::handshakeTimeoutMs());
   c.jobSecret = loadJobSecret();
+  c.wireSecurity = params::wireSecurity();
   c.validate();
   return c;
 }
@@ -53,6 +57,18 @@ void CommConfig::validate() const {
   params::checkRange(spec::handshakeTimeoutMs, handshakeTimeout.count());
   MCCL_USAGE_CHECK(pieceBytes == 0 || pieceBytes >= 1024,
                    "MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got ", pieceBytes);
+  int lo = 0, hi = 0;
+  MCCL_USAGE_CHECK(portRange.empty() || parsePortRange(portRange, &lo, &hi), "MCCL_PORT_RANGE=",
+                   portRange, " is not LOW-HIGH with 1 <= LOW <= HIGH <= 65535 (decimal digits only)");
+  LogLevel level;
+  MCCL_USAGE_CHECK(parseLogLevel(params::logLevel(), &level), "MCCL_LOG_LEVEL=", params::logLevel(),
+                   " is not one of ERROR, WARN, INFO, DEBUG, TRACE");
+  MCCL_USAGE_CHECK(wireSecurity == "off" || wireSecurity == "integrity" || wireSecurity == "encrypt",
+                   "MCCL_WIRE_SECURITY=", wireSecurity, " is not one of off, integrity, encrypt");
+  if (wireSecurity != "off") {
+    std::string why;
+    MCCL_USAGE_CHECK(Aead::available(&why), "MCCL_WIRE_SECURITY=", wireSecurity, " needs AES-GCM: ", why);
+  }
   MCCL_USAGE_CHECK(unexpectedBytes >= frameBytes, "MCCL_UNEXPECTED_BYTES (", unexpectedBytes,
                    ") must be at least MCCL_FRAME_BYTES (", frameBytes, ")");
 }
@@ -67,7 +83,8 @@ std::string CommConfig::wireSettings() const {
       << spec::p2pEagerBytes.env << "=" << p2pEagerBytes << "\n"
       << spec::nsocksPerPeer.env << "=" << nsocksPerPeer << "\n"
       << spec::checksum.env << "=" << (checksum ? 1 : 0) << "\n"
-      << spec::algo.env << "=" << algo << "\n";
+      << spec::algo.env << "=" << algo << "\n"
+      << spec::wireSecurity.env << "=" << wireSecurity << "\n";
   return out.str();
 }
 

@@ -49,6 +49,8 @@ struct CommConfig {
   // MCCL_SECRET_FILE / MCCL_SECRET (comm/job_secret.h); empty: the store
   // carries each group's secret.
   std::optional<Secret> jobSecret;
+  // MCCL_WIRE_SECURITY: "off", "integrity" or "encrypt".
+  std::string wireSecurity = params::spec::wireSecurity.def;
   // Tests only: the listener waits this long after a handshake before the
   // connection joins the group (a listener descheduled at the wrong moment).
   std::chrono::milliseconds adoptDelayForTesting{0};

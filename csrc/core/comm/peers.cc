@@ -57,6 +57,11 @@ void Peers::adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
                                            static_cast<uint32_t>(cfg_.frameBytes), cfg_.inlineBytes,
                                            strCat("connection to rank ", peer, where(peer)));
   conn->setChecksum(cfg_.checksum);
+  if (cfg_.wireSecurity != "off") {
+    const auto self = identity_.rank, other = static_cast<uint32_t>(peer);
+    conn->enableSealing(cfg_.wireSecurity == "encrypt", wireKey(key, cfg_.wireSecurity, self, other),
+                        wireKey(key, cfg_.wireSecurity, other, self));
+  }
   if (cfg_.localReadBytes > 0) {
     FrameHeader tmpl;
     tmpl.group = identity_.group;
@@ -312,6 +317,12 @@ std::vector<std::shared_ptr<Connection>> Peers::all() const {
 size_t Peers::open() const {
   size_t n = 0;
   for (auto& c : all()) n += c->ended() ? 0 : 1;
+  return n;
+}
+
+uint64_t Peers::framesOpened() const {
+  uint64_t n = 0;
+  for (auto& c : all()) n += c->framesOpened();
   return n;
 }
 

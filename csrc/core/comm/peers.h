@@ -86,6 +86,7 @@ class Peers {
   std::vector<std::shared_ptr<Connection>> all() const;
   size_t open() const;          // connections not yet ended
   uint64_t refFramesSent() const;
+  uint64_t framesOpened() const;
 
  private:
   struct Peer {

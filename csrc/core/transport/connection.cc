@@ -19,6 +19,10 @@ namespace {
 constexpr size_t kReadBuffer = 256 * 1024;
 constexpr size_t kDirectReadMin = 64 * 1024;  // larger remainders skip the buffer
 constexpr int kMaxBatch = 64;
+// Ciphertext of one batch when encrypting (a larger frame is a batch alone).
+constexpr size_t kSealArenaBytes = 8 << 20;
+// Sealed payloads above this are sealed, opened and written in pieces of it.
+constexpr size_t kSealPieceBytes = 256 * 1024;
 
 std::string hex32(uint32_t v) {
   char buf[16];
@@ -50,6 +54,12 @@ void Connection::enableLocalReads(size_t minBytes, const FrameHeader& tmpl, cons
   }
   refMin_ = minBytes;
   localTmpl_ = tmpl;
+}
+
+void Connection::enableSealing(bool encrypt, const Digest& sendKey, const Digest& recvKey) {
+  sealer_ = std::make_unique<Aead>(sendKey);
+  opener_ = std::make_unique<Aead>(recvKey);
+  encrypt_ = encrypt;
 }
 
 void Connection::start() {
@@ -102,7 +112,7 @@ void Connection::post(SendFrame frame) {
     frame.cb = nullptr;
     refsSent_.fetch_add(1, std::memory_order_relaxed);
   }
-  if (!queue_.empty() || writing_ || frame.wireLength() > inlineBytes_) {
+  if (!queue_.empty() || writing_ || frame.wireLength() > inlineBytes_ || sealer_) {
     queue_.push_back(frame);
     if (queue_.size() == 1) cv_.notify_one();
     return;
@@ -223,6 +233,7 @@ void Connection::close() {
   interrupt();
   if (recvThread_.joinable()) recvThread_.join();
   if (sendThread_.joinable()) sendThread_.join();
+  if (offer_) withdrawLocalReads(*offer_);
   // Frames still queued never reached the wire.
   std::deque<SendFrame> left;
   {
@@ -288,14 +299,17 @@ void Connection::reportEnd(const Error* err) {
 void Connection::sendLoop() {
   std::vector<SendFrame> batch;
   batch.reserve(kMaxBatch);
-  iovec iov[2 * kMaxBatch];
+  iovec iov[3 * kMaxBatch];
   for (;;) {
     bool halfClose = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return (!queue_.empty() && !writing_) || stopping_ || error_; });
       if (stopping_ || error_) break;
-      while (!queue_.empty() && static_cast<int>(batch.size()) < kMaxBatch) {
+      size_t bytes = 0;  // bounds the ciphertext arena when encrypting
+      while (!queue_.empty() && static_cast<int>(batch.size()) < kMaxBatch &&
+             (batch.empty() || !encrypt_ || bytes + queue_.front().wireLength() <= kSealArenaBytes)) {
+        bytes += queue_.front().wireLength();
         batch.push_back(queue_.front());
         queue_.pop_front();
       }
@@ -304,6 +318,7 @@ void Connection::sendLoop() {
     }
     int n = 0;
     for (auto& f : batch) {
+      if (sealer_) break;  // writeSealed builds its own
       size_t skip = f.sent;  // only the first frame can be partly written
       if (skip < kFrameHeaderBytes) {
         iov[n++] = {f.header + skip, kFrameHeaderBytes - skip};
@@ -317,7 +332,11 @@ void Connection::sendLoop() {
     }
     std::unique_ptr<Error> err;
     try {
-      sock_.sendIov(iov, n);
+      if (sealer_) {
+        writeSealed(batch);  // never partly written: no inline writes when sealed
+      } else {
+        sock_.sendIov(iov, n);
+      }
     } catch (const Error& e) {
       err = std::make_unique<Error>(sendFailure(e));
     }
@@ -340,6 +359,72 @@ void Connection::sendLoop() {
     }
   }
   sendDone_.store(true);
+}
+
+void Connection::writeSealed(std::vector<SendFrame>& batch) {
+  // Small frames are sealed together and written with one sendmsg; a large
+  // one is sealed piece by piece, each piece written as soon as it is
+  // sealed, so sealing overlaps the network instead of preceding it.
+  size_t small = 0;
+  for (const auto& f : batch) {
+    if (f.wireLength() <= kSealPieceBytes) small += f.wireLength();
+  }
+  if (encrypt_ && sealArena_.size() < small) sealArena_.resize(small);
+  std::vector<iovec> iov;
+  iov.reserve(3 * batch.size());
+  size_t at = 0;
+  auto flush = [&] {
+    if (!iov.empty()) sock_.sendIov(iov.data(), static_cast<int>(iov.size()));
+    iov.clear();
+  };
+  for (auto& f : batch) {
+    const size_t len = f.wireLength();
+    const uint8_t* body = f.wirePayload();
+    if (len <= kSealPieceBytes) {
+      uint8_t* out = encrypt_ && len > 0 ? sealArena_.data() + at : nullptr;
+      sealer_->seal(f.header, kFrameHeaderBytes, body, len, out, f.tag);
+      iov.push_back({f.header, kFrameHeaderBytes});
+      if (len > 0) iov.push_back({out ? out : const_cast<uint8_t*>(body), len});
+      iov.push_back({f.tag, kAeadTagBytes});
+      if (out) at += len;
+      continue;
+    }
+    flush();
+    if (encrypt_ && sealPiece_.size() < kSealPieceBytes) sealPiece_.resize(kSealPieceBytes);
+    sealer_->beginSeal(f.header, kFrameHeaderBytes);
+    sock_.sendAll(f.header, kFrameHeaderBytes);
+    for (size_t off = 0; off < len; off += kSealPieceBytes) {
+      const size_t n = std::min(kSealPieceBytes, len - off);
+      uint8_t* out = encrypt_ ? sealPiece_.data() : nullptr;
+      sealer_->sealPiece(body + off, n, out);
+      sock_.sendAll(out ? out : body + off, n);
+    }
+    sealer_->endSeal(f.tag);
+    sock_.sendAll(f.tag, kAeadTagBytes);
+  }
+  flush();
+}
+
+void Connection::openBuffered(const uint8_t* header, size_t len) {
+  fill(len + kAeadTagBytes);
+  uint8_t* p = rbuf_.data() + rstart_;
+  if (opener_->open(header, kFrameHeaderBytes, p, len, encrypt_, p + len)) {
+    opened_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    protocolFault_ = true;
+    throwError(ErrorKind::kRemote, name_, ": a frame failed authentication (MCCL_WIRE_SECURITY): "
+               "forged, altered, replayed or reordered on the way, or the peer's keys differ");
+  }
+}
+
+bool Connection::closeOpened() {
+  fill(kAeadTagBytes);
+  uint8_t tag[kAeadTagBytes];
+  std::memcpy(tag, rbuf_.data() + rstart_, kAeadTagBytes);
+  rstart_ += kAeadTagBytes;
+  const bool ok = opener_->endOpen(tag);
+  if (ok) opened_.fetch_add(1, std::memory_order_relaxed);
+  return ok;
 }
 
 void Connection::fill(size_t need, bool atFrameStart) {
@@ -388,24 +473,29 @@ bool Connection::readFrame() {
     protocolFault_ = true;
     throwError(ErrorKind::kRemote, name_, ": malformed frame: ", why);
   }
+  uint8_t raw[kFrameHeaderBytes];  // what a sealed frame's tag covers
+  std::memcpy(raw, rbuf_.data() + rstart_, kFrameHeaderBytes);
   rstart_ += kFrameHeaderBytes;
+  const size_t tagBytes = opener_ ? kAeadTagBytes : 0;
   if (h.src != static_cast<uint32_t>(peer_)) {
     protocolFault_ = true;
     throwError(ErrorKind::kRemote, name_, ": frame claims to come from rank ", h.src);
   }
   if (h.type == FrameType::kLocalHello || h.type == FrameType::kLocalOk ||
       h.type == FrameType::kRefDone) {
-    localControl(h);
+    localControl(h, raw);
     return true;
   }
   const bool byRef = h.type == FrameType::kRef;
   if (h.type != FrameType::kData && !byRef) {
     std::string text;
+    if (opener_) openBuffered(raw, h.length);  // bounded by kMaxAbortMessage < kReadBuffer
     if (h.length > 0) {
-      fill(h.length);  // bounded by kMaxAbortMessage < kReadBuffer
+      fill(h.length);
       text.assign(reinterpret_cast<const char*>(rbuf_.data() + rstart_), h.length);
       rstart_ += h.length;
     }
+    rstart_ += tagBytes;
     if (h.type == FrameType::kClose) {
       peerCloseCount_.store(h.offset);  // before peerClosed_, which readers check first
       peerClosed_.store(true);
@@ -420,10 +510,11 @@ bool Connection::readFrame() {
       throwError(ErrorKind::kRemote, name_, ": ", h.describe(),
                  " came by reference, but this end never confirmed it can read the peer's memory");
     }
+    if (opener_) openBuffered(raw, kRefDescriptorBytes);
     fill(kRefDescriptorBytes);
     refAddr = getLE<uint64_t>(rbuf_.data() + rstart_);
     refToken = getLE<uint64_t>(rbuf_.data() + rstart_ + 8);
-    rstart_ += kRefDescriptorBytes;
+    rstart_ += kRefDescriptorBytes + tagBytes;
   }
   uint8_t* base = nullptr;
   sinkCall([&] { base = static_cast<uint8_t*>(sink_.payloadDest(*this, h)); });
@@ -436,24 +527,42 @@ bool Connection::readFrame() {
         throwError(e.kind(), "reading ", h.describe(), " from the peer's memory: ", e.what());
       }
     } else {
+      // Sealed: opened piece by piece as the bytes land (in cache, and
+      // overlapping the network), the tag checked at the end.
+      if (opener_) opener_->beginOpen(raw, kFrameHeaderBytes);
       uint8_t* dst = base;
       size_t left = h.length;
       size_t buffered = std::min(left, rend_ - rstart_);
       if (buffered > 0) {
         std::memcpy(dst, rbuf_.data() + rstart_, buffered);
+        if (opener_) opener_->openPiece(dst, buffered, encrypt_);
         rstart_ += buffered;
         left -= buffered;
         dst += buffered;
       }
       afterLarge_ = left >= kDirectReadMin;
       if (left >= kDirectReadMin) {
-        if (!sock_.recvAll(dst, left)) {
-          throwError(ErrorKind::kRemote, "connection closed in the middle of a frame payload");
+        const size_t piece = opener_ ? kSealPieceBytes : left;
+        while (left > 0) {
+          const size_t n = std::min(piece, left);
+          if (!sock_.recvAll(dst, n)) {
+            throwError(ErrorKind::kRemote, "connection closed in the middle of a frame payload");
+          }
+          if (opener_) opener_->openPiece(dst, n, encrypt_);
+          dst += n;
+          left -= n;
         }
       } else if (left > 0) {
         fill(left);
         std::memcpy(dst, rbuf_.data() + rstart_, left);
+        if (opener_) opener_->openPiece(dst, left, encrypt_);
         rstart_ += left;
+      }
+      if (opener_ && !closeOpened()) {
+        protocolFault_ = true;
+        throwError(ErrorKind::kRemote, name_, ": ", h.describe(),
+                   " failed authentication (MCCL_WIRE_SECURITY): forged, altered, replayed or "
+                   "reordered on the way, or the peer's keys differ");
       }
     }
   } catch (...) {
@@ -475,12 +584,16 @@ bool Connection::readFrame() {
   return true;
 }
 
-void Connection::localControl(const FrameHeader& h) {
+void Connection::localControl(const FrameHeader& h, const uint8_t* raw) {
+  if (opener_) {
+    openBuffered(raw, h.type == FrameType::kLocalHello ? kLocalHelloBytes : 0);
+  }
+  const size_t tagBytes = opener_ ? kAeadTagBytes : 0;
   if (h.type == FrameType::kLocalHello) {
     fill(kLocalHelloBytes);
     uint8_t hello[kLocalHelloBytes];
     std::memcpy(hello, rbuf_.data() + rstart_, kLocalHelloBytes);
-    rstart_ += kLocalHelloBytes;
+    rstart_ += kLocalHelloBytes + tagBytes;
     if (refMin_ == 0) return;  // reads are off here: never answer
     if (helloSeen_) {
       protocolFault_ = true;
@@ -504,6 +617,7 @@ void Connection::localControl(const FrameHeader& h) {
     }
     return;
   }
+  rstart_ += tagBytes;
   if (refMin_ == 0) {
     protocolFault_ = true;
     throwError(ErrorKind::kRemote, name_, ": same-host frame (type ", static_cast<int>(h.type),

@@ -33,6 +33,7 @@
 #include "transport/frame.h"
 #include "transport/local_read.h"
 #include "transport/socket.h"
+#include "util/aead.h"
 #include "util/error.h"
 
 namespace mccl {
@@ -72,6 +73,7 @@ struct SendFrame {
   size_t sent = 0;  // bytes of header + wire payload already written
   bool byRef = false;  // a REF frame: the descriptor goes on the wire, not the payload
   uint8_t desc[kRefDescriptorBytes] = {};
+  uint8_t tag[kAeadTagBytes] = {};  // sealed connections (send thread)
 
   const uint8_t* wirePayload() const {
     return byRef ? desc : static_cast<const uint8_t*>(payload);
@@ -100,6 +102,13 @@ class Connection {
   // (transport/local_read.h). `tmpl` gives the group and this rank for the
   // control frames. Set before start(); a no-op where reads do not exist.
   void enableLocalReads(size_t minBytes, const FrameHeader& tmpl, const Digest& key);
+  // Seals every frame both ways (MCCL_WIRE_SECURITY): an AES-256-GCM tag
+  // over header and payload follows each frame, under `sendKey` for frames
+  // this end sends and `recvKey` for the peer's; with `encrypt` the
+  // payloads are encrypted too. A frame whose tag fails ends the connection
+  // as a protocol fault. Every frame then goes through the send thread.
+  // Set before start().
+  void enableSealing(bool encrypt, const Digest& sendKey, const Digest& recvKey);
   void start();
   int peer() const { return peer_; }
   const SockAddr& peerAddr() const { return peerAddr_; }
@@ -135,6 +144,8 @@ class Connection {
   bool sendsByRef() const { return peerReadsUs_.load(); }
   bool readsPeer() const { return readsPeer_.load(); }
   uint64_t refFramesSent() const { return refsSent_.load(); }
+  // Frames opened with a valid tag (MCCL_WIRE_SECURITY; 0 when off).
+  uint64_t framesOpened() const { return opened_.load(); }
 
   // Unblocks both threads (shutdown(2)); does not join. Any thread.
   void interrupt();
@@ -157,9 +168,16 @@ class Connection {
   void queueAbort(const FrameHeader& h, const Error& why, bool terminal);
   // The error for a failed write: the peer's goodbye if it sent one.
   Error sendFailure(const Error& e);
+  // Sealing: opens `len` buffered payload bytes at rstart_ (and the tag after
+  // them, which it fills) in place; a protocol fault when the tag fails.
+  void openBuffered(const uint8_t* header, size_t len);
+  // Reads the tag of a payload opened piece by piece and checks it.
+  bool closeOpened();
+  // Seals and writes a batch (send thread).
+  void writeSealed(std::vector<SendFrame>& batch);
   // Same-host reads.
   void postLocal(FrameType type, uint64_t offset, const void* payload, size_t length);
-  void localControl(const FrameHeader& h);  // LOCAL_HELLO, LOCAL_OK, REF_DONE
+  void localControl(const FrameHeader& h, const uint8_t* raw);  // LOCAL_HELLO, LOCAL_OK, REF_DONE
   // Fails the REF frames the peer has not confirmed and stops new ones.
   void failPendingRefs(const Error& e);
 
@@ -171,6 +189,12 @@ class Connection {
   const size_t inlineBytes_;
   const std::string name_;
   bool checksum_ = false;
+  // Sealing (enableSealing): sealer_ on the send thread, opener_ on the
+  // receive thread.
+  std::unique_ptr<Aead> sealer_, opener_;
+  bool encrypt_ = false;
+  std::vector<uint8_t> sealArena_, sealPiece_;
+  std::atomic<uint64_t> opened_{0};
 
   // Receive side (receive thread only).
   std::vector<uint8_t> rbuf_;

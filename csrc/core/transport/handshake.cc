@@ -79,11 +79,19 @@ SessionKey handshakeAsConnector(Socket& sock, const Identity& self, uint32_t pee
   sock.sendAll(helloC, sizeof(helloC), deadline);
 
   uint8_t ack[kAckBytes];
-  if (!sock.recvAll(ack, sizeof(ack), deadline)) {
+  bool got = false;
+  std::string how;
+  try {
+    got = sock.recvAll(ack, sizeof(ack), deadline);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kTimeout) throw;
+    how = strCat(" (", e.what(), ")");  // a reset instead of a close: the same refusal
+  }
+  if (!got) {
     throwError(ErrorKind::kRemote,
                "the peer rejected the handshake (different job secret, group or world size: "
                "is MCCL_SECRET_FILE or MCCL_SECRET different on the two ranks, or another job "
-               "using this address?)");
+               "using this address?)", how);
   }
   bad = checkPreamble(ack, kKindAck);
   if (!bad.empty()) throwError(ErrorKind::kRemote, "handshake: ", bad);
@@ -96,6 +104,15 @@ SessionKey handshakeAsConnector(Socket& sock, const Identity& self, uint32_t pee
   }
   return mac(self.secret, 'K', nonceA, nonceC, self.group, self.rank, peerRank, self.size,
              self.listenPort);
+}
+
+Digest wireKey(const SessionKey& key, const std::string& mode, uint32_t src, uint32_t dst) {
+  std::string msg = "mccl wire key v1 " + mode;
+  uint8_t ranks[8];
+  putLE<uint32_t>(ranks, src);
+  putLE<uint32_t>(ranks + 4, dst);
+  msg.append(reinterpret_cast<const char*>(ranks), sizeof(ranks));
+  return hmacSha256(key.data(), key.size(), msg.data(), msg.size());
 }
 
 AcceptorHandshake::AcceptorHandshake(const Identity& self) : self_(self) {

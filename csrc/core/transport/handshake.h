@@ -47,6 +47,12 @@ constexpr size_t kAckBytes = 40;
 SessionKey handshakeAsConnector(Socket& sock, const Identity& self, uint32_t peerRank,
                                 Deadline deadline);
 
+// The key of the frames rank `src` sends to rank `dst` on a connection with
+// session key `key` (MCCL_WIRE_SECURITY; `mode` is "integrity" or
+// "encrypt"): one key per direction, so neither end's frames can be
+// reflected back to it.
+Digest wireKey(const SessionKey& key, const std::string& mode, uint32_t src, uint32_t dst);
+
 class AcceptorHandshake {
  public:
   enum class State { kSendHello, kReadHelloC, kSendAck, kDone, kFailed };

@@ -23,19 +23,22 @@ struct Pending {
   Deadline deadline;
 };
 
-bool parseRange(const std::string& range, int* lo, int* hi) {
-  size_t dash = range.find('-');
-  if (dash == std::string::npos) return false;
-  try {
-    *lo = std::stoi(range.substr(0, dash));
-    *hi = std::stoi(range.substr(dash + 1));
-  } catch (const std::exception&) {
-    return false;
-  }
-  return *lo > 0 && *hi <= 65535 && *lo <= *hi;
-}
-
 }  // namespace
+
+bool parsePortRange(const std::string& range, int* lo, int* hi) {
+  const size_t dash = range.find('-');
+  if (dash == std::string::npos) return false;
+  auto number = [](const std::string& s, int* out) {
+    if (s.empty() || s.size() > 5) return false;
+    for (char ch : s) {
+      if (ch < '0' || ch > '9') return false;  // no signs, spaces or suffixes
+    }
+    *out = std::stoi(s);
+    return true;
+  };
+  return number(range.substr(0, dash), lo) && number(range.substr(dash + 1), hi) && *lo > 0 &&
+         *hi <= 65535 && *lo <= *hi;
+}
 
 Listener::Listener(const SockAddr& addr, const std::string& portRange, const Identity& self,
                    std::chrono::milliseconds handshakeTimeout, OnPeer onPeer,
@@ -53,15 +56,24 @@ Listener::Listener(const SockAddr& addr, const std::string& portRange, const Ide
     }
   } else {
     int lo = 0, hi = 0;
-    MCCL_USAGE_CHECK(parseRange(portRange, &lo, &hi), "MCCL_PORT_RANGE=", portRange,
+    MCCL_USAGE_CHECK(parsePortRange(portRange, &lo, &hi), "MCCL_PORT_RANGE=", portRange,
                      " is not LOW-HIGH with 1 <= LOW <= HIGH <= 65535");
     bool ok = false;
+    int otherErr = 0, otherPort = 0;  // a failure other than "in use"
     for (int p = lo; p <= hi && !ok; ++p) {
       bindAddr.setPort(p);
       ok = Socket::tryListen(bindAddr, 512, &sock_);
+      if (!ok && errno != EADDRINUSE && otherErr == 0) {
+        otherErr = errno;
+        otherPort = p;
+      }
+    }
+    if (!ok && otherErr != 0) {
+      throwError(ErrorKind::kSystem, logPrefix_, "cannot listen on ", bindAddr.host(), ":",
+                 otherPort, " (MCCL_PORT_RANGE=", portRange, "): ", errnoString(otherErr));
     }
     MCCL_USAGE_CHECK(ok, logPrefix_, "no free port in MCCL_PORT_RANGE=", portRange, " on ",
-                     bindAddr.host());
+                     bindAddr.host(), ": every port is in use");
   }
   addr_ = sock_.localAddr();
   sock_.setNonBlocking(true);

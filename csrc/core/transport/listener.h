@@ -19,6 +19,9 @@
 
 namespace mccl {
 
+// Parses "LOW-HIGH" (decimal digits only, 1 <= LOW <= HIGH <= 65535).
+bool parsePortRange(const std::string& range, int* lo, int* hi);
+
 class Listener {
  public:
   using OnPeer = std::function<void(Socket sock, uint32_t peerRank, uint16_t peerListenPort,

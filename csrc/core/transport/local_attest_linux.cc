@@ -93,15 +93,19 @@ bool peerCred(int fd, ucred* out) {
   return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, out, &len) == 0 && len == sizeof(*out);
 }
 
+// The socket and its thread live while offers do: the first offer starts
+// them, withdrawing the last stops them (joined, so no MCCL thread outlives
+// the groups that needed it).
 struct Service {
   std::mutex mu;
   pid_t owner = 0;  // the process that started it: a forked child starts its own
   int fd = -1;
+  std::thread* thread = nullptr;  // a pointer: a forked child must not touch the parent's
   uint8_t name[16] = {};
   std::map<LocalToken, std::weak_ptr<LocalOffer>> offers;
 };
 
-// Never destroyed: its thread runs until the process exits.
+// Never destroyed (static destruction must not join or close anything).
 Service& service() {
   static Service* s = new Service;
   return *s;
@@ -171,7 +175,7 @@ void serveLoop(int listenFd) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      return;  // the socket is gone
+      return;  // shut down (withdrawLocalReads) or gone
     }
     std::string why;
     try {
@@ -191,9 +195,12 @@ void serveLoop(int listenFd) {
 bool ensureStarted(Service& s, std::string* why) {
   const pid_t me = ::getpid();
   if (s.owner == me && s.fd >= 0) return true;
-  if (s.fd >= 0) ::close(s.fd);  // the parent's, inherited across fork
+  if (s.fd >= 0 && s.owner != me) {
+    ::close(s.fd);  // the parent's, inherited across fork; its thread is not here
+    s.thread = nullptr;  // (leaked on purpose: the parent's thread object)
+    s.offers.clear();
+  }
   s.fd = -1;
-  s.offers.clear();
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *why = strCat("socket(AF_UNIX) failed: ", std::strerror(errno));
@@ -209,7 +216,7 @@ bool ensureStarted(Service& s, std::string* why) {
   }
   s.fd = fd;
   s.owner = me;
-  std::thread(serveLoop, fd).detach();
+  s.thread = new std::thread(serveLoop, fd);
   return true;
 }
 
@@ -228,6 +235,30 @@ std::shared_ptr<LocalOffer> offerLocalReads(const Digest& key, uint8_t hello[kLo
   std::memcpy(hello, s.name, 16);
   std::memcpy(hello + 16, offer->token.data(), 16);
   return offer;
+}
+
+void withdrawLocalReads(const LocalOffer& offer) {
+  Service& s = service();
+  int fd = -1;
+  std::thread* thread = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.owner != ::getpid()) return;  // a forked child withdrawing the parent's offer
+    s.offers.erase(offer.token);
+    std::erase_if(s.offers, [](const auto& kv) { return kv.second.expired(); });
+    if (!s.offers.empty() || s.fd < 0) return;
+    fd = s.fd;
+    thread = s.thread;
+    s.fd = -1;
+    s.thread = nullptr;
+  }
+  // Outside the lock: the thread may be serving a reader (it takes the lock).
+  ::shutdown(fd, SHUT_RDWR);  // accept(2) returns: the loop ends
+  if (thread) {
+    thread->join();
+    delete thread;
+  }
+  ::close(fd);
 }
 
 bool attestPeer(const uint8_t hello[kLocalHelloBytes], const LocalOffer& mine, PeerMemory* out,

@@ -64,6 +64,10 @@ struct LocalOffer {
 std::shared_ptr<LocalOffer> offerLocalReads(const Digest& key, uint8_t hello[kLocalHelloBytes],
                                             std::string* why);
 
+// Withdraws an offer (its connection closed). The last one stops the
+// process's attestation socket and joins its thread. Idempotent.
+void withdrawLocalReads(const LocalOffer& offer);
+
 class PeerMemory;
 
 // The reader's side: attests the peer whose LOCAL_HELLO is `hello`, as the

@@ -15,6 +15,8 @@ std::shared_ptr<LocalOffer> offerLocalReads(const Digest&, uint8_t*, std::string
   return nullptr;
 }
 
+void withdrawLocalReads(const LocalOffer&) {}
+
 bool attestPeer(const uint8_t*, const LocalOffer&, PeerMemory*, std::string* why, int) {
   *why = kWhy;
   return false;

@@ -1,5 +1,6 @@
 #include "util/logging.h"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,11 +13,9 @@ namespace mccl {
 namespace {
 
 LogLevel parseLevel(const std::string& s) {
-  if (s == "ERROR" || s == "error") return LogLevel::kError;
-  if (s == "INFO" || s == "info") return LogLevel::kInfo;
-  if (s == "DEBUG" || s == "debug") return LogLevel::kDebug;
-  if (s == "TRACE" || s == "trace") return LogLevel::kTrace;
-  return LogLevel::kWarn;
+  LogLevel level = LogLevel::kWarn;
+  parseLogLevel(s, &level);  // validate() refuses a bad value; logging itself falls back to WARN
+  return level;
 }
 
 const char* levelName(LogLevel level) {
@@ -31,6 +30,21 @@ const char* levelName(LogLevel level) {
 }
 
 }  // namespace
+
+bool parseLogLevel(const std::string& text, LogLevel* out) {
+  static const char* names[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
+  if (text.empty()) {
+    *out = LogLevel::kWarn;
+    return true;
+  }
+  for (int i = 0; i < 5; ++i) {
+    if (text.size() == std::strlen(names[i]) && ::strncasecmp(text.c_str(), names[i], text.size()) == 0) {
+      *out = static_cast<LogLevel>(i);
+      return true;
+    }
+  }
+  return false;
+}
 
 LogLevel logLevel() {
   static const LogLevel level = parseLevel(params::logLevel());

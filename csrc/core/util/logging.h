@@ -19,6 +19,9 @@ enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace
 
 // The level from MCCL_LOG_LEVEL (ERROR, WARN, INFO, DEBUG, TRACE), read once.
 LogLevel logLevel();
+// Parses ERROR, WARN, INFO, DEBUG or TRACE (any case; empty: WARN); false
+// for anything else.
+bool parseLogLevel(const std::string& text, LogLevel* out);
 bool logEnabled(LogLevel level);
 void logLine(LogLevel level, const std::string& message);
 

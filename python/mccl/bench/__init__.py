@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("-f", "--factor", type=int, default=4, help="size multiplier between rows")
         p.add_argument("--dtype", default="float32")
         p.add_argument("--vs", choices=["gloo", "none"], default="gloo", help="compare with Gloo in the same run")
+        p.add_argument("--wire-security", default="",
+                       help="also time mccl groups with these MCCL_WIRE_SECURITY modes (comma list of "
+                            "integrity, encrypt), interleaved with the unprotected one in the same run")
         p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median reported)")
         p.add_argument("--target", type=float, default=0.25, help="seconds per timed round")
         p.add_argument("--min-iters", type=int, default=3)

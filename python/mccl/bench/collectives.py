@@ -74,6 +74,20 @@ def _time(fn, iters: int, group) -> float:
 def run(args) -> list[dict]:
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {"mccl": dist.group.WORLD}
+    modes = [m for m in getattr(args, "wire_security", "").split(",") if m]
+    for mode in modes:
+        if mode not in ("integrity", "encrypt"):
+            raise SystemExit(f"mccl-bench: --wire-security takes integrity and/or encrypt, not {mode!r}")
+        # A group's settings are read from the environment when it is made.
+        before = os.environ.get("MCCL_WIRE_SECURITY")
+        os.environ["MCCL_WIRE_SECURITY"] = mode
+        try:
+            groups[f"mccl+{mode}"] = dist.new_group(backend="mccl")
+        finally:
+            if before is None:
+                os.environ.pop("MCCL_WIRE_SECURITY")
+            else:
+                os.environ["MCCL_WIRE_SECURITY"] = before
     if args.vs == "gloo":
         groups["gloo"] = dist.new_group(backend="gloo")
     dtype = getattr(torch, args.dtype)
@@ -117,25 +131,37 @@ def run(args) -> list[dict]:
         prog.step(f"{op} {fmt_size(size)}")
     if "gloo" in groups:
         destroy_gloo(groups["gloo"])
+    for name, g in groups.items():
+        if name.startswith("mccl+"):
+            dist.destroy_process_group(g)
     if rank == 0 and args.json:
         write_json(args.json, metadata({"dtype": args.dtype, "device": args.device, "rounds": args.rounds}), records)
         print(f"# wrote {args.json}", flush=True)
     return records
 
 
+def _ratios(names: list[str]) -> list[tuple[str, str, str]]:
+    """(label, numerator, denominator) of the busbw ratios a row shows:
+    mccl against Gloo, and each sealed mccl group against the unprotected."""
+    out = [("mccl/gloo", "mccl", "gloo")] if "gloo" in names else []
+    out += [(f"{n[5:]}/off", n, "mccl") for n in names if n.startswith("mccl+")]
+    return out
+
+
 def _header(op: str, names: list[str], goodput: float | None = None):
     pct = f" {'%goodput':>9}" if goodput else ""
-    cols = "".join(f" {n + ' time(us)':>15} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}{pct}" for n in names)
-    ratio = f" {'busbw ratio':>12}" if len(names) > 1 else ""
+    w = max([15] + [len(n) + 9 for n in names])
+    cols = "".join(f" {n + ' time(us)':>{w}} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}{pct}" for n in names)
+    ratio = "".join(f" {label:>14}" for label, _, _ in _ratios(names))
     print(f"\n## {op}\n{'size':>10}{cols}{ratio}", flush=True)
 
 
 def _row(row: dict, names: list[str]):
     g = row.get("goodput_GBps")
-    cols = "".join(f" {row[n]['time_us']:>15.1f} {row[n]['algbw_GBps']:>12.3f} {row[n]['busbw_GBps']:>12.3f}"
+    w = max([15] + [len(n) + 9 for n in names])
+    cols = "".join(f" {row[n]['time_us']:>{w}.1f} {row[n]['algbw_GBps']:>12.3f} {row[n]['busbw_GBps']:>12.3f}"
                    + (f" {100 * row[n]['busbw_GBps'] / g:>8.1f}%" if g else "")
                    for n in names)
-    ratio = ""
-    if len(names) > 1:
-        ratio = f" {row[names[0]]['busbw_GBps'] / max(row[names[1]]['busbw_GBps'], 1e-12):>11.2f}x"
+    ratio = "".join(f" {row[a]['busbw_GBps'] / max(row[b]['busbw_GBps'], 1e-12):>13.3f}x"
+                    for _, a, b in _ratios(names))
     print(f"{fmt_size(row['bytes']):>10}{cols}{ratio}", flush=True)

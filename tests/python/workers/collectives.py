@@ -326,6 +326,11 @@ if os.environ.get("EXPECT_LOCAL_READS") is not None and world > 1:
     else:
         assert sent == 0, f"rank {rank}: {sent} frames went by reference"
 
+# Sealed links: the test that asks for them checks every peer's frames were opened.
+if os.environ.get("MCCL_WIRE_SECURITY", "off") != "off" and world > 1:
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    assert backend.sealed_frames_received > 100, backend.sealed_frames_received
+
 dist.destroy_process_group(gloo)
 assert gloo_checks > 100, gloo_checks  # Gloo really was compared with
 print(f"rank {rank}: {checks} checks passed ({gloo_checks} against Gloo)", flush=True)
