@@ -20,6 +20,8 @@ cmake --build build/core
 (cd build/core && ctest --output-on-failure -j2 --timeout 300)
 printf '\n== C++ core tests again: every frame by same-host reads, reductions split over 3 helper threads\n'
 (cd build/core && MCCL_LOCAL_READ_BYTES=1 MCCL_REDUCE_THREADS=3 ctest --output-on-failure -j2 --timeout 300)
+printf '\n== C++ core tests again: every frame sealed and encrypted (MCCL_WIRE_SECURITY=encrypt), all on TCP\n'
+(cd build/core && MCCL_WIRE_SECURITY=encrypt MCCL_LOCAL_READ_BYTES=0 ctest --output-on-failure -j2 --timeout 300)
 
 printf '\n== Fuzzing the wire parsers (%s s per target)\n' "${FUZZ_SECONDS:-15}"
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash scripts/fuzz.sh

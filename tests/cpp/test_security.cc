@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/job_secret.h"
+#include "connection_rig.h"
 #include "harness.h"
 #include "transport/handshake.h"
 #include "util/bytes.h"
@@ -227,6 +228,105 @@ TEST(JobSecret, SecretFilesAreCheckedStrictly) {
   EXPECT_FALSE(loadJobSecret().has_value());
   ::unlink(path.c_str());
   ::rmdir(dir);
+}
+
+}  // namespace
+}  // namespace mccl::test
+
+namespace mccl::test {
+namespace {
+
+// A malicious member: it passes the handshake as rank 1 (it read the
+// group's secret from the store) and then attacks rank 0's same-host reads.
+// Rank 0's pending collective fails at once with the cause, and the group
+// is poisoned; nothing of rank 0's memory is read for the attacker.
+enum class LocalAttack { kReplayOwnHello, kRefWithoutAttestation, kLocalOkWithoutAttestation };
+
+void attackRankZero(LocalAttack attack, const std::string& expect) {
+  auto store = std::make_shared<MemoryStore>();
+  CommConfig cfg = baseConfig(0, 2);
+  cfg.timeout = std::chrono::seconds(20);
+  cfg.localReadBytes = 1;  // every frame would go by reference
+  cfg.wireSecurity = "off";  // the attacker writes plain frames
+  auto comm = Communicator::create(store, cfg);
+  auto boot = store->get("mccl/v1/bootstrap", std::chrono::seconds(5));
+  Identity me;
+  me.group = getLE<uint64_t>(boot.data());
+  me.rank = 1;
+  me.size = 2;
+  std::memcpy(me.secret.data(), boot.data() + 8, 32);
+  auto addr = store->get("mccl/v1/addr/0", std::chrono::seconds(5));
+  Socket s = Socket::connect(SockAddr::parse(std::string(addr.begin(), addr.end())),
+                             Deadline::after(std::chrono::seconds(5)), "attacker");
+  handshakeAsConnector(s, me, 0, Deadline::after(std::chrono::seconds(5)));
+  // Rank 0 greets with its LOCAL_HELLO.
+  std::vector<uint8_t> hello(kFrameHeaderBytes + kLocalHelloBytes);
+  ASSERT_TRUE(s.recvAll(hello.data(), hello.size(), Deadline::after(std::chrono::seconds(5))));
+  FrameHeader h;
+  std::string why;
+  ASSERT_TRUE(decodeFrame(hello.data(), 1u << 30, &h, &why)) << why;
+  ASSERT_EQ(h.type, FrameType::kLocalHello);
+  // Rank 0 waits in a collective with rank 1.
+  std::vector<float> v(1024, 1.0f);
+  AllreduceOptions o;
+  o.buf = v.data();
+  o.count = v.size();
+  o.dtype = DataType::kFloat32;
+  o.op = ReduceOp::kSum;
+  auto work = allreduce(*comm, o);
+  std::vector<uint8_t> bytes;
+  h.src = 1;
+  h.group = me.group;
+  switch (attack) {
+    case LocalAttack::kReplayOwnHello:
+      bytes = encoded(h);
+      bytes.insert(bytes.end(), hello.begin() + kFrameHeaderBytes, hello.end());
+      break;
+    case LocalAttack::kRefWithoutAttestation: {
+      FrameHeader r = h;
+      r.type = FrameType::kRef;
+      r.op = OpKind::kAllreduce;
+      r.dtype = DataType::kFloat32;
+      r.count = v.size();
+      r.msgBytes = r.length = 4096;
+      bytes = encoded(r);
+      uint8_t desc[kRefDescriptorBytes] = {};
+      putLE<uint64_t>(desc, reinterpret_cast<uintptr_t>(v.data()));  // "read your own buffer"
+      bytes.insert(bytes.end(), desc, desc + sizeof(desc));
+      break;
+    }
+    case LocalAttack::kLocalOkWithoutAttestation: {
+      FrameHeader ok = h;
+      ok.type = FrameType::kLocalOk;
+      ok.length = 0;
+      bytes = encoded(ok);
+      break;
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  s.sendAll(bytes.data(), bytes.size());
+  try {
+    work->wait();
+    ADD_FAILURE() << "the collective survived the attack";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("connection to rank 1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(comm->poisoned());
+  comm->abort();
+}
+
+TEST(LocalReadAttack, ReplayedHelloFailsTheGroup) {
+  attackRankZero(LocalAttack::kReplayOwnHello, "replayed");
+}
+
+TEST(LocalReadAttack, ReferenceFromAnUnattestedPeerFailsTheGroup) {
+  attackRankZero(LocalAttack::kRefWithoutAttestation, "came by reference");
+}
+
+TEST(LocalReadAttack, LocalOkFromAnUnattestedPeerFailsTheGroup) {
+  attackRankZero(LocalAttack::kLocalOkWithoutAttestation, "never proved");
 }
 
 }  // namespace
