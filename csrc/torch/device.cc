@@ -107,6 +107,13 @@ std::shared_ptr<DeviceOps> deviceOpsFor(c10::Device device) {
 DeviceStage::DeviceStage(std::shared_ptr<DeviceOps> ops, std::string who)
     : ops_(std::move(ops)), who_(std::move(who)) {}
 
+DeviceStage::~DeviceStage() {
+  // After complete() the copies have run (or the allocator knows of them);
+  // an op that failed in between (an output refused after an input was
+  // queued for copying) still has copies reading keep_.
+  ops_->drain(std::chrono::seconds(10));
+}
+
 void DeviceStage::begin() {
   if (begun_) return;
   begun_ = true;
@@ -183,6 +190,8 @@ void DeviceStage::copyBack() {
   for (auto& [dev, host] : back_) {
     ops_->toDevice(dev, host);
     ops_->useOnSide(dev);
+    keep_.push_back(dev);  // until the copies are done (complete())
+    keep_.push_back(host);
   }
   back_.clear();
   done_ = ops_->recordSide();
@@ -194,6 +203,10 @@ void DeviceStage::complete(const std::vector<EventPtr>& after,
     for (const auto& e : after) ops_->sideWaits(e);
     done_ = ops_->recordSide();
   }
+  // Released only after the wait: where the host waits for done_ (MPS) the
+  // copies have ended by then; elsewhere useOnSide told the allocator about
+  // the side stream. (A local: complete() may end the op that owns this.)
+  std::vector<at::Tensor> keep = std::move(keep_);
   keep_.clear();
   ops_->withSideCurrent([&] {
     if (!ops_->futureOrdersStreams()) ops_->currentWaits(done_);

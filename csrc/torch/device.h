@@ -70,6 +70,11 @@ class DeviceOps {
   // device-aware Future). If not (the fake device), completion waits for
   // the copies on the host first.
   virtual bool futureOrdersStreams() const { return true; }
+  // Waits, at most `bound`, until the copies this op queued have run, where
+  // a queued copy does not keep its tensors alive (Metal's blits): an op
+  // that failed between queueing and completion releases them only after.
+  // Devices whose allocator was told of the side stream (useOnSide) need not.
+  virtual void drain(std::chrono::milliseconds bound) {}
 };
 
 // The real thing: c10's generic stream/event API for `device`.
@@ -87,6 +92,9 @@ bool installFakeDeviceFromEnv();
 void markFakeDevice();
 bool fakeDeviceEnabled();
 int64_t fakeDeviceViolations();
+// Device copies that found their device tensor already freed (the fake
+// Metal port holds device memory weakly, as Metal's queue does).
+int64_t fakeDeviceLifetimeViolations();
 // Whether `t` is staged through a DeviceStage (device tensors; CPU tensors
 // too in the fake-device test mode).
 bool stagedOnDevice(const at::Tensor& t);
@@ -95,6 +103,10 @@ bool stagedOnDevice(const at::Tensor& t);
 class DeviceStage {
  public:
   DeviceStage(std::shared_ptr<DeviceOps> ops, std::string who);
+  // Holds the staged tensors until the queued copies have run (drain()).
+  ~DeviceStage();
+  DeviceStage(const DeviceStage&) = delete;
+  DeviceStage& operator=(const DeviceStage&) = delete;
 
   c10::Device device() const { return ops_->device(); }
   // Host memory holding `dev`'s contents once staged() has completed: a view

@@ -123,4 +123,11 @@ bool installFakeDeviceFromEnv() {
 
 int64_t fakeDeviceViolations() { return gViolations.load(); }
 
+namespace {
+std::atomic<int64_t> gLifetimeViolations{0};
+}  // namespace
+
+void countLifetimeViolation() { gLifetimeViolations.fetch_add(1); }
+int64_t fakeDeviceLifetimeViolations() { return gLifetimeViolations.load(); }
+
 }  // namespace mccl::torch_adapter

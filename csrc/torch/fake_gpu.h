@@ -65,6 +65,8 @@ class FakeGpu {
 // Counts a call from an MCCL thread (other than the submit thread) into what
 // only the op's calling thread may touch; tests assert there are none.
 void countIfMcclThread();
+// A queued device copy whose device tensor was freed before it ran.
+void countLifetimeViolation();
 
 // The caller's "stream" of the installed fake device (null when none), so
 // tests can queue late-running "kernels" that write tensors.

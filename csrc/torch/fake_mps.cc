@@ -33,22 +33,43 @@ class FakeMetalPort final : public MetalPort {
   void* cpuAddress(const at::Tensor& t) override { return shared_ ? t.data_ptr() : nullptr; }
   at::Tensor sharedLike(const at::Tensor& dev) override { return poisoned(dev); }
   uint64_t copyOut(const at::Tensor& shared, const at::Tensor& dev, uint64_t after) override {
-    return copy(shared, dev, after);
+    return copy(shared, dev, after, /*toDevice=*/false);
   }
   uint64_t copyIn(const at::Tensor& dev, const at::Tensor& src, uint64_t after) override {
-    return copy(dev, src, after);
+    return copy(src, dev, after, /*toDevice=*/true);
   }
   uint64_t copyValue() const override { return copyValue_.load(); }
 
  private:
-  uint64_t copy(at::Tensor dst, at::Tensor src, uint64_t after) {
+  // As strict about lifetimes as Metal: a blit holds its MTLBuffer, but not
+  // the tensor, so PyTorch's allocator may hand the memory to another tensor
+  // before the blit runs. The fake holds the device tensor's storage only
+  // weakly; a copy that finds it freed is counted and skipped (its data was
+  // never there). The host side is MCCL's own staging buffer.
+  uint64_t copy(at::Tensor host, const at::Tensor& dev, uint64_t after, bool toDevice) {
     std::lock_guard<std::mutex> lock(mu_);  // values in queue order
     uint64_t v = ++copies_;
     auto delay = own_.delay();
-    own_.enqueue([this, dst, src, after, v, delay]() mutable {
+    c10::weak_intrusive_ptr<c10::StorageImpl> weak(
+        c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(dev.storage().unsafeGetStorageImpl()));
+    const auto options = dev.options();
+    const auto offset = dev.storage_offset();
+    const std::vector<int64_t> sizes = dev.sizes().vec(), strides = dev.strides().vec();
+    own_.enqueue([this, host, weak, options, offset, sizes, strides, after, v, toDevice,
+                  delay]() mutable {
       while (fenceValue_.load() < after) std::this_thread::sleep_for(std::chrono::microseconds(20));
       std::this_thread::sleep_for(delay);
-      dst.view(-1).copy_(src.reshape(-1));
+      c10::intrusive_ptr<c10::StorageImpl> storage = weak.lock();
+      if (!storage) {
+        countLifetimeViolation();
+      } else {
+        at::Tensor d = at::empty({0}, options).set_(c10::Storage(std::move(storage)), offset, sizes, strides);
+        if (toDevice) {
+          d.view(-1).copy_(host.reshape(-1));
+        } else {
+          host.view(-1).copy_(d.reshape(-1));
+        }
+      }
       copyValue_.store(v);
     });
     return v;

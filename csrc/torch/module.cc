@@ -25,6 +25,8 @@ PYBIND11_MODULE(_C, m) {
         "Whether MCCL_FAKE_DEVICE_FOR_TESTING routes CPU tensors through the fake device");
   m.def("_fake_device_violations", &mccl::torch_adapter::fakeDeviceViolations,
         "Calls from MCCL threads that only the op's calling thread may make (fake device)");
+  m.def("_fake_device_lifetime_violations", &mccl::torch_adapter::fakeDeviceLifetimeViolations,
+        "Queued copies whose device tensor was freed before they ran (fake Metal port)");
   m.def(
       "_fake_device_kernel",
       [](at::Tensor t, double value, int64_t delayUs) {

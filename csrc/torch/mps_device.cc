@@ -23,7 +23,6 @@ class MpsDeviceOps final : public DeviceOps {
  public:
   MpsDeviceOps(std::shared_ptr<MetalPort> port, c10::Device device)
       : port_(std::move(port)), device_(device) {}
-
   c10::Device device() const override { return device_; }
 
   EventPtr recordCurrent() override {
@@ -35,9 +34,12 @@ class MpsDeviceOps final : public DeviceOps {
   void toHost(const at::Tensor& host, const at::Tensor& dev) override {
     at::Tensor src = dev;
     if (!src.is_contiguous()) {
-      // On the caller's thread and stream, then fenced again.
+      // On the caller's thread and stream, then fenced again. The queued
+      // blit does not keep the copy alive (PyTorch's allocator could hand
+      // its memory to another tensor before the blit runs): this op does.
       src = dev.contiguous();
       after_ = port_->fence();
+      temps_.push_back(src);
     }
     lastCopy_ = port_->copyOut(host, src, after_);
   }
@@ -81,12 +83,21 @@ class MpsDeviceOps final : public DeviceOps {
   void useOnSide(const at::Tensor&) override {}
   void withSideCurrent(const std::function<void()>& fn) override { fn(); }
   bool futureOrdersStreams() const override { return false; }
+  void drain(std::chrono::milliseconds bound) override {
+    auto until = std::chrono::steady_clock::now() + bound;
+    while (port_->copyValue() < lastCopy_ && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
 
  private:
   std::shared_ptr<MetalPort> port_;
   c10::Device device_;
   uint64_t after_ = 0;     // the fence MCCL's copies wait for
   uint64_t lastCopy_ = 0;  // the copy event's value after this op's copies
+  // Contiguous copies of strided inputs, alive until the op's stage is
+  // destroyed (after drain()).
+  std::vector<at::Tensor> temps_;
 };
 
 }  // namespace

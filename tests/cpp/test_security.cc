@@ -127,6 +127,10 @@ TEST(JobSecret, RanksWithDifferentSecretsOrNoneAreRefused) {
         o.count = v.size();
         o.dtype = DataType::kFloat32;
         o.op = ReduceOp::kSum;
+        // Rank 1 starts late, so rank 0 has failed and closed its listener:
+        // rank 1's send is refused while it waits for rank 0's data, and
+        // that refusal (not the timeout) must end its collective.
+        if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
         try {
           allreduce(comm, o)->wait();
         } catch (const Error& e) {

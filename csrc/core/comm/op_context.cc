@@ -104,6 +104,10 @@ bool OpContext::timeOut() {
 }
 
 void OpContext::transferFinished(Transfer& t) {
+  // A transfer that failed dooms the op even while the body waits for a
+  // different one (a send whose connection was refused while the body waits
+  // for a receive from the same peer): fail it now, not at its timeout.
+  if (t.error() != nullptr) fail(comm_.poisoned() ? comm_.poisonError() : *t.error());
   Transfer* expected = &t;
   if (awaiting_.compare_exchange_strong(expected, nullptr)) suspended_.resume();
   if (outstanding_.fetch_sub(1) == 1) maybeComplete();

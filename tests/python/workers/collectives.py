@@ -112,6 +112,17 @@ else:
     ok(mixed.contiguous(), reference(torch.float32, "SUM", world, 40 * 30, 5).view(40, 30), "SUM",
        "all_reduce, contiguous on some ranks and strided on others")
 
+# A strided input that is only read (all_gather): on a device its contiguous
+# copy must outlive the queued device-to-host copy of it (the fake MPS port
+# holds device memory as weakly as Metal does and counts a late copy).
+src = value(torch.float32, "SUM", rank, 6 * 7, 6).view(6, 7).t()
+assert not src.is_contiguous()
+gathered = torch.empty(world * 42)
+dist.all_gather_into_tensor(gathered, src)
+want = torch.cat([value(torch.float32, "SUM", r, 6 * 7, 6).view(6, 7).t().reshape(-1) for r in range(world)])
+assert torch.equal(gathered, want), (gathered[:6], want[:6])
+checks += 1
+
 # Complex: SUM on (re, im) pairs.
 c = torch.complex(value(torch.float32, "SUM", rank, 17, 3), value(torch.float32, "SUM", rank, 17, 4))
 dist.all_reduce(c)
@@ -325,6 +336,13 @@ if os.environ.get("EXPECT_LOCAL_READS") is not None and world > 1:
         assert sent > 0, f"rank {rank}: no frame went by reference"
     else:
         assert sent == 0, f"rank {rank}: {sent} frames went by reference"
+
+# Device copies never ran after their tensor was freed (fake MPS port).
+import mccl  # noqa: E402
+
+if mccl._C._fake_device_enabled():
+    late = mccl._C._fake_device_lifetime_violations()
+    assert late == 0, f"rank {rank}: {late} device copies ran after their tensor was freed"
 
 # Sealed links: the test that asks for them checks every peer's frames were opened.
 if os.environ.get("MCCL_WIRE_SECURITY", "off") != "off" and world > 1:
