@@ -1,5 +1,6 @@
 #include "device.h"
 
+#include "completer.h"
 #include "mps_device.h"
 
 #include <c10/core/Event.h>
@@ -203,15 +204,20 @@ void DeviceStage::complete(const std::vector<EventPtr>& after,
     for (const auto& e : after) ops_->sideWaits(e);
     done_ = ops_->recordSide();
   }
-  // Released only after the wait: where the host waits for done_ (MPS) the
-  // copies have ended by then; elsewhere useOnSide told the allocator about
-  // the side stream. (A local: complete() may end the op that owns this.)
-  std::vector<at::Tensor> keep = std::move(keep_);
+  if (!ops_->futureOrdersStreams()) {
+    // The host waits for the copies (MPS): not here, on the network thread
+    // that finished the op, but on the completion thread. The staged
+    // tensors stay alive until then.
+    completeWhen(done_, [ops = ops_, keep = std::move(keep_), complete]() mutable {
+      keep.clear();  // the copies are done: staging buffers go back first
+      ops->withSideCurrent(complete);
+    });
+    keep_.clear();
+    return;
+  }
+  // useOnSide told the allocator about the side stream: the tensors may go.
   keep_.clear();
-  ops_->withSideCurrent([&] {
-    if (!ops_->futureOrdersStreams()) ops_->currentWaits(done_);
-    complete();
-  });
+  ops_->withSideCurrent(complete);
 }
 
 }  // namespace mccl::torch_adapter

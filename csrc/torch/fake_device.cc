@@ -26,6 +26,7 @@ std::shared_ptr<MetalPort> makeFakeMetalPort(FakeGpu& torchStream, bool shared);
 namespace {
 
 std::atomic<int64_t> gViolations{0};
+MetalPort* gFakePort = nullptr;  // the fake Metal port, when installed
 FakeGpu* gCaller = nullptr;
 
 class FakeDeviceOps final : public DeviceOps {
@@ -114,6 +115,7 @@ bool installFakeDeviceFromEnv() {
   } else {
     // Never destroyed: its queue's thread runs until the process exits.
     static auto* port = new std::shared_ptr<MetalPort>(makeFakeMetalPort(*gCaller, kind == kMpsShared));
+    gFakePort = port->get();
     setDeviceOpsFactoryForTesting([](c10::Device d) -> std::shared_ptr<DeviceOps> {
       return d.is_cpu() ? makeMpsDeviceOps(*port, d) : nullptr;
     });
@@ -122,6 +124,8 @@ bool installFakeDeviceFromEnv() {
 }
 
 int64_t fakeDeviceViolations() { return gViolations.load(); }
+
+MetalPort* fakeMetalPort() { return gFakePort; }
 
 namespace {
 std::atomic<int64_t> gLifetimeViolations{0};

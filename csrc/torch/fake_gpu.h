@@ -67,6 +67,12 @@ class FakeGpu {
 void countIfMcclThread();
 // A queued device copy whose device tensor was freed before it ran.
 void countLifetimeViolation();
+class MetalPort;
+// The fake Metal port when MCCL_FAKE_DEVICE_FOR_TESTING=mps-*, else null.
+MetalPort* fakeMetalPort();
+// Fake Metal port: copies to the device (results) take `us` each from now
+// on (a slow device); negative restores the port's own delay.
+void setFakeCopyBackDelay(int64_t us);
 
 // The caller's "stream" of the installed fake device (null when none), so
 // tests can queue late-running "kernels" that write tensors.

@@ -8,6 +8,8 @@
 
 #include "backend.h"
 #include "c10d_ops.h"
+#include "completer.h"
+#include "mps_device.h"
 #include "fake_gpu.h"
 #include "algo/registry.h"
 #include "comm/cost_model.h"
@@ -27,6 +29,35 @@ PYBIND11_MODULE(_C, m) {
         "Calls from MCCL threads that only the op's calling thread may make (fake device)");
   m.def("_fake_device_lifetime_violations", &mccl::torch_adapter::fakeDeviceLifetimeViolations,
         "Queued copies whose device tensor was freed before they ran (fake Metal port)");
+  m.def("_fake_mps_copy_back_delay", &mccl::torch_adapter::setFakeCopyBackDelay,
+        "Fake Metal port: each copy of results to the device takes `us` from now on (< 0: the "
+        "port's own delay); tests of a slow device");
+  m.def(
+      "_mps_port_stats",
+      []() -> py::object {
+        using mccl::torch_adapter::MetalPort;
+        std::shared_ptr<MetalPort> real;
+        MetalPort* port = mccl::torch_adapter::fakeMetalPort();
+        if (port == nullptr) {
+          try {
+            real = mccl::torch_adapter::metalPort("mccl");
+          } catch (const std::exception&) {
+            return py::none();  // no MPS here
+          }
+          port = real.get();
+        }
+        const MetalPort::Stats s = port->stats();
+        py::dict d;
+        d["fences"] = s.fences;
+        d["stream_commits"] = s.streamCommits;
+        d["queue_commits"] = s.queueCommits;
+        d["buffer_allocations"] = s.bufferAllocations;
+        return d;
+      },
+      "What MCCL's Metal port has done so far (fences, commits on PyTorch's stream and on "
+      "MCCL's queue, staging buffers allocated); None where there is no MPS (nor fake port)");
+  m.def("_on_completion_thread", &mccl::torch_adapter::onCompletionThread,
+        "Whether the calling thread is MCCL's device completion thread (tests)");
   m.def(
       "_fake_device_kernel",
       [](at::Tensor t, double value, int64_t delayUs) {

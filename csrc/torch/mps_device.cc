@@ -41,11 +41,11 @@ class MpsDeviceOps final : public DeviceOps {
       after_ = port_->fence();
       temps_.push_back(src);
     }
-    lastCopy_ = port_->copyOut(host, src, after_);
+    pending_.push_back({host, src, false});
   }
   void toDevice(const at::Tensor& dev, const at::Tensor& host) override {
     if (dev.is_contiguous()) {
-      lastCopy_ = port_->copyIn(dev, host, after_);
+      pending_.push_back({host, dev, true});
       return;
     }
     // Strided and Shared (checkWritable refused Private): the CPU scatters
@@ -55,7 +55,14 @@ class MpsDeviceOps final : public DeviceOps {
     currentWaits(std::make_shared<ValueEvent>(port_, true, after_));
     at::from_blob(p, dev.sizes(), dev.strides(), dev.options().device(at::kCPU)).copy_(host);
   }
-  EventPtr recordSide() override { return std::make_shared<ValueEvent>(port_, false, lastCopy_); }
+  // The copies queued since the last call go in one command buffer.
+  EventPtr recordSide() override {
+    if (!pending_.empty()) {
+      lastCopy_ = port_->copies(pending_, after_);
+      pending_.clear();
+    }
+    return std::make_shared<ValueEvent>(port_, false, lastCopy_);
+  }
   // The host waits (MCCL's threads never encode into PyTorch's stream).
   void currentWaits(const EventPtr& e) override {
     auto pause = std::chrono::microseconds(2);
@@ -95,6 +102,7 @@ class MpsDeviceOps final : public DeviceOps {
   c10::Device device_;
   uint64_t after_ = 0;     // the fence MCCL's copies wait for
   uint64_t lastCopy_ = 0;  // the copy event's value after this op's copies
+  std::vector<MetalPort::Copy> pending_;  // queued at the next recordSide()
   // Contiguous copies of strided inputs, alive until the op's stage is
   // destroyed (after drain()).
   std::vector<at::Tensor> temps_;

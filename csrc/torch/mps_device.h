@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "device.h"
 
@@ -37,19 +38,31 @@ class MetalPort {
   // CPU address of `t`'s first element when its memory is CPU-visible
   // (Shared storage); nullptr when it is Private.
   virtual void* cpuAddress(const at::Tensor& t) = 0;
-  // A contiguous CPU tensor shaped like `dev`, in a Shared buffer MCCL owns.
+  // A contiguous CPU tensor shaped like `dev`, in a Shared buffer MCCL owns
+  // (pooled: staging_pool.h).
   virtual at::Tensor sharedLike(const at::Tensor& dev) = 0;
-  // MCCL's own queue, in order: after the fence has reached `after`, copy
-  // `dev` (contiguous, Private) into `shared` (from sharedLike); returns the
-  // value MCCL's copy event reaches when the copy is done.
-  virtual uint64_t copyOut(const at::Tensor& shared, const at::Tensor& dev, uint64_t after) = 0;
-  // MCCL's own queue: after the fence has reached `after`, copy host
-  // memory `src` (contiguous) into `dev` (contiguous).
-  virtual uint64_t copyIn(const at::Tensor& dev, const at::Tensor& src, uint64_t after) = 0;
-  // Values are handed out in the order the copies are queued (copies are
-  // queued from the caller's and from MCCL's threads).
+  // One command buffer on MCCL's own queue (one commit): after the fence has
+  // reached `after`, every copy of `batch` in order. Device-bound copies read
+  // `host` (contiguous: from sharedLike, or other CPU memory); host-bound ones
+  // write it (from sharedLike). `dev` is contiguous. Returns the value MCCL's
+  // copy event reaches when the batch is done; values are handed out in the
+  // order batches are queued (from the caller's and from MCCL's threads).
+  struct Copy {
+    at::Tensor host;
+    at::Tensor dev;
+    bool toDevice = false;
+  };
+  virtual uint64_t copies(const std::vector<Copy>& batch, uint64_t after) = 0;
   // Any thread: MCCL's copy event's value.
   virtual uint64_t copyValue() const = 0;
+  // What the port has done so far (tests and `mccl selftest` count them).
+  struct Stats {
+    uint64_t fences = 0;              // fence() calls
+    uint64_t streamCommits = 0;       // commits on PyTorch's MPS stream
+    uint64_t queueCommits = 0;        // command buffers committed on MCCL's queue
+    uint64_t bufferAllocations = 0;   // staging buffers allocated (not reused)
+  };
+  virtual Stats stats() const = 0;
 };
 
 // DeviceOps for one op on `device`, through `port` (shared by every op).

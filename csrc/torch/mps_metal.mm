@@ -12,7 +12,8 @@
 //   fence value, blits, and signals MCCL's copy event.
 // - memory: a tensor's storage data pointer is its id<MTLBuffer> (PyTorch's
 //   getMTLBufferStorage); Shared buffers are read and written by the CPU in
-//   place, Private ones through blits into Shared buffers MCCL owns.
+//   place, Private ones through blits into Shared buffers MCCL owns (pooled:
+//   staging_pool.h), one command buffer per batch of an op's copies.
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
 
@@ -21,11 +22,12 @@
 #include <torch/mps.h>
 
 #include <algorithm>
-#include <map>
+#include <atomic>
 #include <mutex>
 #include <string>
 
 #include "mps_device.h"
+#include "staging_pool.h"
 
 namespace mccl::torch_adapter {
 namespace {
@@ -51,6 +53,19 @@ class MetalPortImpl final : public MetalPort {
     queue_ = [device_ newCommandQueue];
     fenceEvent_ = [device_ newSharedEvent];
     copyEvent_ = [device_ newSharedEvent];
+    id<MTLDevice> dev = device_;
+    pool_ = std::make_shared<StagingPool>(
+        [dev](size_t bytes, void** cpu) {
+          id<MTLBuffer> b = [dev newBufferWithLength:bytes options:MTLResourceStorageModeShared];
+          TORCH_CHECK(b != nil, "mccl: could not allocate a ", bytes, "-byte shared Metal buffer");
+          *cpu = b.contents;
+          // The handle owns one retain of the buffer.
+          return std::shared_ptr<void>((__bridge_retained void*)b, [](void* p) {
+            id<MTLBuffer> owned = (__bridge_transfer id<MTLBuffer>)p;  // released here
+            (void)owned;
+          });
+        },
+        kIdleStagingBytes);
   }
 
   uint64_t fence() override {
@@ -63,6 +78,7 @@ class MetalPortImpl final : public MetalPort {
       [cb encodeSignalEvent:ev value:v];
       torch::mps::commit();
     });
+    streamCommits_ += 2;
     return v;
   }
   uint64_t fenceValue() const override { return fenceEvent_.signaledValue; }
@@ -73,94 +89,66 @@ class MetalPortImpl final : public MetalPort {
     return static_cast<char*>(b.contents) + offsetOf(t);
   }
 
-  at::Tensor sharedLike(const at::Tensor& dev) override {
-    const size_t bytes = std::max<size_t>(dev.nbytes(), 1);
-    id<MTLBuffer> b = [device_ newBufferWithLength:bytes options:MTLResourceStorageModeShared];
-    TORCH_CHECK(b != nil, "mccl: could not allocate a ", bytes, "-byte shared Metal buffer");
-    void* p = b.contents;
-    {
-      std::lock_guard<std::mutex> lock(bufMu_);
-      owned_[reinterpret_cast<uintptr_t>(p)] = Owned{b, bytes};
-    }
-    return at::from_blob(
-        p, dev.sizes(),
-        [this, p](void*) {
-          std::lock_guard<std::mutex> lock(bufMu_);
-          owned_.erase(reinterpret_cast<uintptr_t>(p));
-        },
-        dev.options().device(at::kCPU));
-  }
+  at::Tensor sharedLike(const at::Tensor& dev) override { return pool_->tensorLike(dev); }
 
-  uint64_t copyOut(const at::Tensor& shared, const at::Tensor& dev, uint64_t after) override {
-    auto [dst, dstOff] = ownedAt(shared.data_ptr(), dev.nbytes());
-    return blit(after, bufferOf(dev), offsetOf(dev), dst, dstOff, dev.nbytes());
-  }
-
-  uint64_t copyIn(const at::Tensor& dev, const at::Tensor& src, uint64_t after) override {
-    const size_t bytes = dev.nbytes();
-    id<MTLBuffer> from = nil;
-    size_t fromOff = 0;
-    if (findOwned(src.data_ptr(), bytes, &from, &fromOff) == false && bytes > 0) {
-      // Host memory MCCL does not own (a view of another Shared tensor):
-      // a Shared copy of it; the command buffer keeps it alive.
-      from = [device_ newBufferWithBytes:src.data_ptr() length:bytes
-                                 options:MTLResourceStorageModeShared];
+  uint64_t copies(const std::vector<Copy>& batch, uint64_t after) override {
+    std::lock_guard<std::mutex> lock(queueMu_);  // values in commit order
+    id<MTLCommandBuffer> cb = [queue_ commandBuffer];
+    [cb encodeWaitForEvent:fenceEvent_ value:after];
+    id<MTLBlitCommandEncoder> enc = nil;
+    for (const auto& c : batch) {
+      const size_t bytes = c.dev.nbytes();
+      if (bytes == 0) continue;
+      id<MTLBuffer> host = nil;
+      size_t hostOff = 0;
+      std::shared_ptr<void> handle;
+      if (pool_->find(c.host.data_ptr(), bytes, &handle, &hostOff)) {
+        host = (__bridge id<MTLBuffer>)handle.get();
+      } else {
+        // Host memory MCCL does not own (a view of another Shared tensor):
+        // a Shared copy of it; the command buffer keeps it alive.
+        TORCH_CHECK(c.toDevice, "mccl: internal error: MPS staging buffer not found");
+        host = [device_ newBufferWithBytes:c.host.data_ptr() length:bytes
+                                   options:MTLResourceStorageModeShared];
+      }
+      if (enc == nil) enc = [cb blitCommandEncoder];
+      if (c.toDevice) {
+        [enc copyFromBuffer:host sourceOffset:hostOff toBuffer:bufferOf(c.dev)
+            destinationOffset:offsetOf(c.dev) size:bytes];
+      } else {
+        [enc copyFromBuffer:bufferOf(c.dev) sourceOffset:offsetOf(c.dev) toBuffer:host
+            destinationOffset:hostOff size:bytes];
+      }
     }
-    return blit(after, from, fromOff, bufferOf(dev), offsetOf(dev), bytes);
+    if (enc != nil) [enc endEncoding];
+    const uint64_t v = ++copies_;
+    [cb encodeSignalEvent:copyEvent_ value:v];
+    [cb commit];
+    ++queueCommits_;
+    return v;
   }
 
   uint64_t copyValue() const override { return copyEvent_.signaledValue; }
 
+  Stats stats() const override {
+    Stats s;
+    s.fences = fences_.load();
+    s.streamCommits = streamCommits_.load();
+    s.queueCommits = queueCommits_.load();
+    s.bufferAllocations = pool_->allocations();
+    return s;
+  }
+
  private:
-  struct Owned {
-    id<MTLBuffer> buffer;
-    size_t bytes;
-  };
-
-  bool findOwned(const void* p, size_t bytes, id<MTLBuffer>* out, size_t* off) {
-    std::lock_guard<std::mutex> lock(bufMu_);
-    auto a = reinterpret_cast<uintptr_t>(p);
-    auto it = owned_.upper_bound(a);
-    if (it == owned_.begin()) return false;
-    --it;
-    if (a + bytes > it->first + it->second.bytes) return false;
-    *out = it->second.buffer;
-    *off = a - it->first;
-    return true;
-  }
-  std::pair<id<MTLBuffer>, size_t> ownedAt(const void* p, size_t bytes) {
-    id<MTLBuffer> b = nil;
-    size_t off = 0;
-    TORCH_CHECK(bytes == 0 || findOwned(p, bytes, &b, &off),
-                "mccl: internal error: MPS staging buffer not found");
-    return {b, off};
-  }
-
-  // One command buffer on MCCL's queue: wait for the fence, copy, signal.
-  uint64_t blit(uint64_t after, id<MTLBuffer> src, size_t srcOff, id<MTLBuffer> dst, size_t dstOff,
-                size_t bytes) {
-    std::lock_guard<std::mutex> lock(queueMu_);  // values in commit order
-    id<MTLCommandBuffer> cb = [queue_ commandBuffer];
-    [cb encodeWaitForEvent:fenceEvent_ value:after];
-    if (bytes > 0) {
-      id<MTLBlitCommandEncoder> enc = [cb blitCommandEncoder];
-      [enc copyFromBuffer:src sourceOffset:srcOff toBuffer:dst destinationOffset:dstOff size:bytes];
-      [enc endEncoding];
-    }
-    const uint64_t v = ++copies_;
-    [cb encodeSignalEvent:copyEvent_ value:v];
-    [cb commit];
-    return v;
-  }
+  static constexpr size_t kIdleStagingBytes = size_t{1} << 30;
 
   id<MTLDevice> device_;
   id<MTLCommandQueue> queue_;
   id<MTLSharedEvent> fenceEvent_;
   id<MTLSharedEvent> copyEvent_;
-  std::mutex fenceMu_, queueMu_, bufMu_;
-  uint64_t fences_ = 0;
-  uint64_t copies_ = 0;
-  std::map<uintptr_t, Owned> owned_;
+  std::shared_ptr<StagingPool> pool_;
+  std::mutex fenceMu_, queueMu_;
+  std::atomic<uint64_t> fences_{0}, copies_{0}, streamCommits_{0}, queueCommits_{0};
 };
 
 }  // namespace

@@ -300,20 +300,9 @@ void WorkMCCL::onCoreDone() {
   // Marks Work and Future; for device ops this runs with the side stream
   // current, after the copy-backs were queued on it, so the Future's waiters
   // wait (on their streams) for the results.
-  auto complete = [&] {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      completed_ = true;
-      exception_ = error;
-      done_ = lastStaging().device() ? lastStaging().device()->done() : nullptr;
-    }
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-    cv_.notify_all();
-  };
+  // (It may run later, on the completion thread: it holds this Work.)
+  c10::intrusive_ptr<WorkMCCL> self = c10::intrusive_ptr<WorkMCCL>::reclaim_copy(this);
+  std::function<void()> complete = [self, error] { self->markDone(error); };
   try {
     if (pieces_.empty()) {
       staging_.finish(error != nullptr, complete);
@@ -331,8 +320,24 @@ void WorkMCCL::onCoreDone() {
       std::lock_guard<std::mutex> lock(mutex_);
       if (completed_) return;
     }
-    complete();
+    markDone(error);
   }
+}
+
+void WorkMCCL::markDone(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) return;
+    completed_ = true;
+    exception_ = error;
+    done_ = lastStaging().device() ? lastStaging().device()->done() : nullptr;
+  }
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  cv_.notify_all();
 }
 
 void WorkMCCL::synchronize() {

@@ -4,7 +4,9 @@
 // connection thread, the engine or the watchdog thread). Completion first copies staged outputs
 // back into the caller's tensors, then marks the Work and its Future; so
 // whoever waits (Work::wait, DDP's future->wait(), a then() callback) sees
-// final values. Future callbacks therefore run on MCCL threads.
+// final values. Future callbacks therefore run on MCCL threads: for devices
+// whose host waits for the copies (MPS), on the one completion thread
+// (completer.h), never on a network thread.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -122,6 +124,8 @@ class WorkMCCL : public c10d::Work {
 
  private:
   void onCoreDone();
+  // Marks Work and Future (once); device ops: on the completion thread.
+  void markDone(std::exception_ptr error);
   Staging& lastStaging() { return pieces_.empty() ? staging_ : pieces_.back(); }
 
   std::vector<at::Tensor> outputs_;

@@ -41,6 +41,18 @@ def test_fake_mps_every_collective(mode):
     assert "checks passed" in outs[0]
 
 
+def test_fake_mps_slow_copy_does_not_block_the_network():
+    # Results take 3 s to reach the fake device: a barrier on the same
+    # connections completes meanwhile; the Future's callback runs on MCCL's
+    # completion thread.
+    run_workers("slow_device.py", 2, env=FAKE_MPS["private"], timeout=120)
+
+
+def test_fake_mps_pools_buffers_and_batches_copies():
+    # Counted by the fake Metal port as mps_metal.mm counts them.
+    run_workers("mps_counts.py", 3, env=FAKE_MPS["private"], timeout=120)
+
+
 @pytest.mark.parametrize("mode", ["shared", "private"])
 def test_fake_mps_in_pieces(mode):
     # Large all-reduces in 1 KiB pieces (strided tensors through a contiguous
