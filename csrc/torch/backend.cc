@@ -119,6 +119,7 @@ WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* ti
   at::Tensor flat = c.view({-1});
   std::vector<Staging> pieces;
   std::vector<std::shared_ptr<Work>> cores;
+  OneOpScope oneOp;  // nothing comes between the pieces on the caller's stream
   for (int64_t at = 0; at < flat.numel(); at += per) {
     Staging st(who);
     View v = st.inout(flat.narrow(0, at, std::min(per, flat.numel() - at)));

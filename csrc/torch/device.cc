@@ -108,6 +108,22 @@ std::shared_ptr<DeviceOps> deviceOpsFor(c10::Device device) {
 DeviceStage::DeviceStage(std::shared_ptr<DeviceOps> ops, std::string who)
     : ops_(std::move(ops)), who_(std::move(who)) {}
 
+namespace {
+thread_local uint64_t tScopeId = 0;
+thread_local int tScopeDepth = 0;
+std::atomic<uint64_t> gScopes{0};
+}  // namespace
+
+OneOpScope::OneOpScope() {
+  if (tScopeDepth++ == 0) tScopeId = gScopes.fetch_add(1) + 1;
+}
+
+OneOpScope::~OneOpScope() {
+  if (--tScopeDepth == 0) tScopeId = 0;
+}
+
+uint64_t oneOpScopeId() { return tScopeId; }
+
 DeviceStage::~DeviceStage() {
   // After complete() the copies have run (or the allocator knows of them);
   // an op that failed in between (an output refused after an input was

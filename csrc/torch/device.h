@@ -77,6 +77,20 @@ class DeviceOps {
   virtual void drain(std::chrono::milliseconds bound) {}
 };
 
+// While alive on the calling thread, the caller queues nothing on its
+// device stream but MCCL's own staging of one op (its pieces, one after the
+// other): DeviceOps may reuse the event recorded first instead of recording
+// one per piece (MPS: one fence, one commit on PyTorch's stream, per op).
+class OneOpScope {
+ public:
+  OneOpScope();
+  ~OneOpScope();
+  OneOpScope(const OneOpScope&) = delete;
+  OneOpScope& operator=(const OneOpScope&) = delete;
+};
+// The calling thread's innermost OneOpScope's id; 0 outside any.
+uint64_t oneOpScopeId();
+
 // The real thing: c10's generic stream/event API for `device`.
 std::shared_ptr<DeviceOps> makeC10DeviceOps(c10::Device device);
 

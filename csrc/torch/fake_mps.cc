@@ -43,7 +43,7 @@ class FakeMetalPort final : public MetalPort {
     countIfMcclThread();
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t v = ++fences_;
-    streamCommits_ += 2;  // as mps_metal.mm: commit, signal, commit
+    streamCommits_ += kFenceCommits;  // as mps_metal.mm
     torch_.enqueue([this, v] { fenceValue_.store(v); });
     return v;
   }

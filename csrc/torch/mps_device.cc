@@ -26,7 +26,19 @@ class MpsDeviceOps final : public DeviceOps {
   c10::Device device() const override { return device_; }
 
   EventPtr recordCurrent() override {
-    after_ = port_->fence();
+    // The pieces of one op share the first piece's fence (OneOpScope).
+    thread_local struct {
+      uint64_t scope = 0;
+      const MetalPort* port = nullptr;
+      uint64_t value = 0;
+    } last;
+    const uint64_t scope = oneOpScopeId();
+    if (scope != 0 && last.scope == scope && last.port == port_.get()) {
+      after_ = last.value;
+    } else {
+      after_ = port_->fence();
+      last = {scope, port_.get(), after_};
+    }
     return std::make_shared<ValueEvent>(port_, true, after_);
   }
   // MCCL's copies wait for the latest fence (recordCurrent) on the GPU.

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,18 @@
 #include "device.h"
 
 namespace mccl::torch_adapter {
+
+// Commits on PyTorch's MPS stream per fence. PyTorch keeps a compute encoder
+// open across kernels (kernel coalescing); a signal cannot be encoded while
+// it is. From torch 2.10, torch::mps::get_command_buffer() ends that encoder
+// before returning the buffer (pytorch/pytorch#164093, fixing #163721), so
+// the fence encodes its signal and commits once; before, it commits first
+// (which ends the encoder), then signals and commits again.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+inline constexpr int kFenceCommits = 1;
+#else
+inline constexpr int kFenceCommits = 2;
+#endif
 
 class MetalPort {
  public:

@@ -5,9 +5,10 @@
 // ordering around it is tested on Linux through fake_mps.cc.
 //
 // - fence(): on the op's calling thread, inside PyTorch's MPS dispatch
-//   queue: commit what PyTorch has encoded (which ends its open encoders),
-//   encode a signal of MCCL's fence event on the stream's command buffer,
-//   commit again.
+//   queue: encode a signal of MCCL's fence event on the stream's command
+//   buffer and commit (before torch 2.10, commit first to end PyTorch's open
+//   encoder: kFenceCommits in mps_device.h). The pieces of one op share one
+//   fence (OneOpScope).
 // - copies: MCCL's own MTLCommandQueue; each command buffer waits for its
 //   fence value, blits, and signals MCCL's copy event.
 // - memory: a tensor's storage data pointer is its id<MTLBuffer> (PyTorch's
@@ -73,12 +74,12 @@ class MetalPortImpl final : public MetalPort {
     const uint64_t v = ++fences_;
     id<MTLSharedEvent> ev = fenceEvent_;
     dispatch_sync(torch::mps::get_dispatch_queue(), ^{
-      torch::mps::commit();
+      if constexpr (kFenceCommits == 2) torch::mps::commit();  // ends PyTorch's open encoder
       id<MTLCommandBuffer> cb = torch::mps::get_command_buffer();
       [cb encodeSignalEvent:ev value:v];
       torch::mps::commit();
     });
-    streamCommits_ += 2;
+    streamCommits_ += kFenceCommits;
     return v;
   }
   uint64_t fenceValue() const override { return fenceEvent_.signaledValue; }

@@ -48,9 +48,11 @@ def test_fake_mps_slow_copy_does_not_block_the_network():
     run_workers("slow_device.py", 2, env=FAKE_MPS["private"], timeout=120)
 
 
-def test_fake_mps_pools_buffers_and_batches_copies():
-    # Counted by the fake Metal port as mps_metal.mm counts them.
-    run_workers("mps_counts.py", 3, env=FAKE_MPS["private"], timeout=120)
+@pytest.mark.parametrize("piece", ["4M", "64K"])
+def test_fake_mps_pools_buffers_and_batches_copies(piece):
+    # Counted by the fake Metal port as mps_metal.mm counts them; at 64K the
+    # 1.2 MB all-reduce goes in 19 pieces under one fence.
+    run_workers("mps_counts.py", 3, env=dict(FAKE_MPS["private"], MCCL_PIECE_BYTES=piece), timeout=120)
 
 
 @pytest.mark.parametrize("mode", ["shared", "private"])
