@@ -23,6 +23,8 @@ using mccl::torch_adapter::ProcessGroupMCCL;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "MCCL: collectives over TCP for torch.distributed (C++ core)";
   mccl::torch_adapter::installFakeDeviceFromEnv();
+  m.def("_metal_compiled", &mccl::torch_adapter::metalPortCompiled,
+        "Whether this build has the Metal port (built on macOS) or its portable stub");
   m.def("_fake_device_enabled", &mccl::torch_adapter::fakeDeviceEnabled,
         "Whether MCCL_FAKE_DEVICE_FOR_TESTING routes CPU tensors through the fake device");
   m.def("_fake_device_violations", &mccl::torch_adapter::fakeDeviceViolations,

@@ -84,5 +84,7 @@ std::shared_ptr<DeviceOps> makeMpsDeviceOps(std::shared_ptr<MetalPort> port, c10
 // The process's Metal port (mps_metal.mm on macOS); throws naming `who`
 // where MPS is not available (every other platform).
 std::shared_ptr<MetalPort> metalPort(const std::string& who);
+// Whether this build has the Metal port (mps_metal.mm, macOS) or the stub.
+bool metalPortCompiled();
 
 }  // namespace mccl::torch_adapter

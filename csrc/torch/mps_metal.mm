@@ -154,6 +154,8 @@ class MetalPortImpl final : public MetalPort {
 
 }  // namespace
 
+bool metalPortCompiled() { return true; }
+
 std::shared_ptr<MetalPort> metalPort(const std::string& who) {
   TORCH_CHECK(torch::mps::is_available(), who, ": MPS is not available on this Mac");
   static std::shared_ptr<MetalPort> port = std::make_shared<MetalPortImpl>();

@@ -5,6 +5,8 @@
 
 namespace mccl::torch_adapter {
 
+bool metalPortCompiled() { return false; }
+
 std::shared_ptr<MetalPort> metalPort(const std::string& who) {
   TORCH_CHECK(false, who, ": MPS tensors need mccl built on macOS (Metal); this build has no MPS support");
 }

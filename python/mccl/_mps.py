@@ -6,8 +6,10 @@
   they are registered for MPS as well.
 - FSDP2 asks the device module (``torch.mps``) for ``Stream``,
   ``current_stream``, ``stream`` and ``current_device``, which torch.mps lacks
-  before 2.14. MPS has one stream, in order, so the shim's streams are that
-  one stream: waits between them are no-ops, and events are torch.mps events.
+  (up to 2.13). MPS has one stream, in order, so the shim's streams are that
+  one stream: waits between them are satisfied by order (a wait for anything
+  else is refused), and events are torch.mps events. A torch.mps with any
+  stream API of its own gets none of the shim's.
 
 ``import mccl`` applies both where torch is built with MPS (macOS); tests on
 Linux call them directly.
@@ -69,18 +71,28 @@ def install_fsdp_kernels(dispatch_key: str = "MPS") -> list[str]:
 
 class _OneStream:
     """MPS's single in-order stream, as FSDP2 uses a CUDA stream; events and
-    synchronize come from ``module`` (torch.mps)."""
+    synchronize come from ``module`` (torch.mps).
+
+    The assumption: torch (up to 2.13, at least) runs all MPS work on one
+    in-order stream (``MPSStreamImpl::getInstance()``; ``getNewStream`` hands
+    back the default stream), so a wait between two handles of it, or on an
+    event recorded on it, is already satisfied by order. Anything else
+    passed in is refused rather than silently not waited for."""
 
     def __init__(self, module, priority: int = 0):
         self.module = module
         self.device = torch.device("mps")
         self.priority = priority
 
-    def wait_stream(self, other) -> None:  # one stream: already ordered
-        pass
+    def wait_stream(self, other) -> None:
+        if not isinstance(other, _OneStream):
+            raise TypeError(f"mccl's torch.mps stream shim has one in-order stream; cannot wait "
+                            f"for {other!r} (a stream of another device or of a torch with MPS streams)")
 
     def wait_event(self, event) -> None:
-        pass
+        if not isinstance(event, self.module.Event):
+            raise TypeError(f"mccl's torch.mps stream shim waits only for torch.mps events (recorded "
+                            f"on the one MPS stream); got {type(event).__name__}")
 
     def record_event(self, event=None):
         event = event if event is not None else self.module.Event()
@@ -91,7 +103,14 @@ class _OneStream:
         self.module.synchronize()
 
     def query(self) -> bool:
-        return True
+        """Whether everything queued on the stream so far has run."""
+        event = self.module.Event()
+        event.record()
+        query = getattr(event, "query", None)
+        if query is None:  # an Event without query(): wait instead of guessing
+            self.module.synchronize()
+            return True
+        return bool(query())
 
     def __eq__(self, other) -> bool:
         return isinstance(other, _OneStream)
@@ -100,9 +119,14 @@ class _OneStream:
         return 0
 
 
+_STREAM_API = ("Stream", "current_stream", "default_stream", "stream")
+
+
 def install_stream_shim(module=None) -> list[str]:
     """Adds the stream API FSDP2 uses to ``module`` (default ``torch.mps``)
-    where it is missing; returns the names added."""
+    where it is missing; returns the names added. A torch whose torch.mps
+    has any stream API of its own gets none of the shim's (it may have more
+    than one stream, which the shim's no-op waits would not order)."""
     module = module if module is not None else torch.mps
     one = _OneStream(module)
     shims = {
@@ -113,8 +137,11 @@ def install_stream_shim(module=None) -> list[str]:
         "current_device": lambda: 0,
         "set_device": lambda device: None,
     }
+    native_streams = any(hasattr(module, name) for name in _STREAM_API)
     added = []
     for name, value in shims.items():
+        if name in _STREAM_API and native_streams:
+            continue
         if not hasattr(module, name):
             setattr(module, name, value)
             added.append(name)

@@ -294,6 +294,9 @@ def parser() -> argparse.ArgumentParser:
         if name == "install":
             x.add_argument("--dry-run", action="store_true", help="print the file instead of writing it")
 
+    st = sub.add_parser("selftest", add_help=False,
+                        help="run every collective, DDP and FSDP2 on this machine's device; print a report")
+    st.add_argument("args", nargs=argparse.REMAINDER)
     sc = sub.add_parser("secret", help="write a job secret file for MCCL_SECRET_FILE (32 random bytes, mode 600)")
     sc.add_argument("path", help="where to write it (refused if it exists, unless --force)")
     sc.add_argument("--force", action="store_true", help="replace an existing file")
@@ -315,6 +318,9 @@ def _secret(a) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["selftest"]:  # its own options (mccl.selftest)
+        from mccl.selftest import main as selftest
+        return selftest(argv[1:])
     a = parser().parse_args(argv)
     if a.command == "netlab":
         return _netlab(a)

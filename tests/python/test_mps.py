@@ -1,6 +1,7 @@
 """The MPS path, tested on Linux (no Mac here): MCCL's boxed c10d kernels
-through test namespaces holding the schemas of torch 2.5, 2.7 and this
-torch, and the MPS device adapter's ordering through a fake Metal port."""
+through test namespaces holding the real schemas of torch 2.5-2.7 and
+2.8-2.13 (read from their wheels) and this torch's, and the MPS device
+adapter's ordering through a fake Metal port."""
 
 import pytest
 import torch
@@ -18,9 +19,11 @@ def test_mps_kernels_registered_for_every_op():
     assert "monitored_barrier_" not in names  # Gloo-only; not served
 
 
-def test_boxed_kernels_serve_three_schema_versions():
+def test_boxed_kernels_serve_the_real_schemas_of_every_supported_torch():
+    # torch 2.5-2.7 and 2.8-2.13 as read from their wheels, a synthetic
+    # variant, and the installed torch.
     outs = run_workers("boxed_ops.py", 3, timeout=240)
-    for v in ("v25", "v27", "now"):
+    for v in ("v25", "v28", "v27", "now"):
         assert f"{v}: " in outs[0], outs[0]
 
 
@@ -89,8 +92,13 @@ def test_stream_shim_gives_fsdp2_one_stream():
     recorded = []
 
     class Event:
+        done = True
+
         def record(self):
             recorded.append(self)
+
+        def query(self):
+            return Event.done
 
     fake = types.SimpleNamespace(Event=Event, synchronize=lambda: None)
     added = _mps.install_stream_shim(fake)
@@ -103,9 +111,22 @@ def test_stream_shim_gives_fsdp2_one_stream():
     with fake.stream(s):
         pass
     assert fake.current_device() == 0
-    # An existing attribute is left alone.
-    fake2 = types.SimpleNamespace(Event=Event, Stream=int, synchronize=lambda: None)
-    assert "Stream" not in _mps.install_stream_shim(fake2) and fake2.Stream is int
+    # query() asks a fresh event, not a constant.
+    assert s.query() is True
+    Event.done = False
+    assert s.query() is False
+    # The one-stream assumption is asserted, not assumed: a wait for another
+    # kind of stream or event is refused.
+    s.wait_event(Event())
+    with pytest.raises(TypeError, match="one in-order stream"):
+        s.wait_stream(object())
+    with pytest.raises(TypeError, match="torch.mps events"):
+        s.wait_event(object())
+    # A torch.mps with stream API of its own gets none of the shim's streams.
+    fake2 = types.SimpleNamespace(Event=Event, current_stream=int, synchronize=lambda: None)
+    added = _mps.install_stream_shim(fake2)
+    assert not {"Stream", "current_stream", "stream", "default_stream"} & set(added), added
+    assert fake2.current_stream is int and "current_device" in added
 
 
 mps = pytest.mark.skipif(not torch.backends.mps.is_available(),

@@ -1,15 +1,17 @@
 """MCCL's boxed c10d kernels (the ones it registers for MPS), exercised on
-Linux: copies of c10d's op schemas as three torch versions define them go
-into test namespaces, the same boxed kernel is registered there for CPU, and
-every op is called through the dispatcher with distinct data per rank.
+Linux: c10d's op schemas as released torch versions define them go into test
+namespaces, the same boxed kernel is registered there for CPU, and every op
+is called through the dispatcher with distinct data per rank.
 
-- v25: torch 2.5 through 2.7.x (``bool asyncOp`` only on broadcast_,
-  scatter_, _allgather_base_ and _reduce_scatter_base_; none elsewhere; read
-  from the 2.5.1 and 2.7.0 wheels)
+- v25: the real schemas of torch 2.5.1, 2.6.0 and 2.7.0 (c10d_schemas.py,
+  read from those wheels): ``bool asyncOp`` only on broadcast_, scatter_,
+  _allgather_base_ and _reduce_scatter_base_, ``int timeout`` without a
+  default, none at all on allgather_coalesced_
+- v28: the real schemas of torch 2.8.0 through 2.13.0 (``bool
+  async_op=True``, ``int timeout=-1`` on most ops)
 - v27: synthetic, ``bool asyncOp`` (no default) on most ops: no release has
   it, but it proves the kernel reads arguments by name
-- now: this torch's schemas as they are (2.8 and later: ``bool
-  async_op=True`` on most ops)
+- now: the installed torch's schemas as they are
 """
 
 import re
@@ -18,36 +20,30 @@ import torch
 import torch.distributed as dist
 
 import mccl
+from c10d_schemas import TORCH_25, TORCH_28
 from common import done, init
 
 OPS = [n for n in mccl._C._mps_kernels()] or sorted(
     n for n in dir(torch.ops.c10d) if n.endswith("_") or n in ("send", "barrier"))
-ASYNC_IN_25 = {"broadcast_", "scatter_", "_allgather_base_", "_reduce_scatter_base_"}
 WORK = "__torch__.torch.classes.c10d.Work"
+REAL = {"v25": TORCH_25, "v28": TORCH_28}
 
 
-def variant(schema: str, name: str, version: str) -> str:
-    if version == "now":
-        # As is: rewriting torch 2.5's "bool asyncOp" as "async_op=True" before
-        # its "int timeout" (no default there) makes a schema torch rejects.
-        return schema
-    s = re.sub(r"\bbool async_?[oO]p(=True)?", "bool async_op=True", schema)
+def schema_of(version: str, name: str) -> str:
+    if version in REAL:
+        found = [s for s in REAL[version] if s.startswith(name + "(")]
+        assert len(found) == 1, (version, name)
+        return found[0]
+    schema = str(getattr(torch.ops.c10d, name).default._schema).split("::", 1)[1]
     if version == "v27":
-        s = s.replace("bool async_op=True", "bool asyncOp")
-    elif version == "v25":
-        if name in ASYNC_IN_25:
-            s = s.replace("bool async_op=True", "bool asyncOp")
-        else:
-            s = s.replace(", bool async_op=True", "")
-        s = s.replace("int timeout=-1", "int timeout")  # no default in 2.5
-    return s
+        schema = re.sub(r"\bbool async_?[oO]p(=True)?", "bool asyncOp", schema)
+    return schema
 
 
 def define(version: str) -> torch.library.Library:
     lib = torch.library.Library(f"mccl_{version}", "DEF")
     for name in OPS:
-        schema = str(getattr(torch.ops.c10d, name).default._schema).split("::", 1)[1]
-        lib.define(variant(schema, name, version))
+        lib.define(schema_of(version, name))
     return lib
 
 
@@ -57,7 +53,7 @@ SUM = mccl._C._script_reduce_op(int(dist.ReduceOp.SUM))
 MAX = mccl._C._script_reduce_op(int(dist.ReduceOp.MAX))
 tri = world * (world + 1) // 2
 libs = []
-for version in ("v25", "v27", "now"):
+for version in ("v25", "v28", "v27", "now"):
     libs.append(define(version))
     registered = mccl._C._register_boxed_kernels_for_testing(f"mccl_{version}", "CPU")
     assert sorted(registered) == sorted(OPS), (version, registered)
