@@ -81,6 +81,24 @@ std::shared_ptr<Work> run(Communicator& comm, OpSignature sig, size_t bytes, con
 
 }  // namespace
 
+namespace {
+
+// MCCL_WIRE_DTYPE applies to float32 SUM/AVG all-reduce and reduce-scatter
+// of at least MCCL_WIRE_DTYPE_MIN_BYTES (input bytes) where MCCL_ALGO does
+// not force an algorithm. Every rank decides alike: the settings are agreed
+// at bootstrap.
+bool wireApplies(const Communicator& comm, OpKind op, DataType dt, ReduceOp rop, size_t bytes,
+                 kernels::WireDtype* w) {
+  const auto& cfg = comm.config();
+  *w = kernels::WireDtype::kFp32;
+  kernels::parseWireDtype(cfg.wireDtype, w);
+  return *w != kernels::WireDtype::kFp32 && dt == DataType::kFloat32 &&
+         (rop == ReduceOp::kSum || rop == ReduceOp::kAvg) && bytes >= cfg.wireDtypeMinBytes &&
+         comm.size() > 1 && !algo::forcedFor(cfg, op);
+}
+
+}  // namespace
+
 std::string rootRefusal(int size, int64_t root) {
   if (root >= 0 && root < size) return {};
   return strCat("root rank ", root, " is outside the group of ", size, " ranks");
@@ -99,7 +117,16 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   size_t bytes = bytesOf(comm, op, o.count, o.dtype);
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkBuf(comm, op, o.buf, bytes);
-  return run(comm, signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count), bytes, o);
+  OpSignature sig = signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count);
+  kernels::WireDtype w;
+  if (wireApplies(comm, OpKind::kAllreduce, o.dtype, o.op, bytes, &w)) {
+    sig.algo = Algo::kRing;
+    return comm.submit(sig, o.timeout,
+                       [o, w](OpContext& ctx) { return algo::allreduceRingWire(ctx, o, w); },
+                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w)),
+                       small(comm, bytes));
+  }
+  return run(comm, sig, bytes, o);
 }
 
 std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {
@@ -133,7 +160,16 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkList(comm, op, "input list", o.in, bytes);
   checkBuf(comm, op, o.out, bytes);
-  return run(comm, signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count), bytes, o);
+  OpSignature sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count);
+  kernels::WireDtype w;
+  if (wireApplies(comm, OpKind::kReduceScatter, o.dtype, o.op, bytes * static_cast<size_t>(comm.size()), &w)) {
+    sig.algo = Algo::kRing;
+    return comm.submit(sig, o.timeout,
+                       [o, w](OpContext& ctx) { return algo::reduceScatterRingWire(ctx, o, w); },
+                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w)),
+                       small(comm, bytes));
+  }
+  return run(comm, sig, bytes, o);
 }
 
 std::shared_ptr<Work> gather(Communicator& comm, const GatherOptions& o) {

@@ -18,12 +18,19 @@
 #include "comm/cost_model.h"
 #include "comm/signature.h"
 #include "comm/task.h"
+#include "reduce/wire.h"
 
 namespace mccl {
 class OpContext;
 }
 
 namespace mccl::algo {
+
+// The float32 ring all-reduce and reduce-scatter with 16-bit partial sums on the wire
+// (MCCL_WIRE_DTYPE); not a row of the table: collectives.cc runs it in place
+// of the chosen algorithm when the setting applies to the op.
+Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w);
+Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w);
 
 // An entry point: a coroutine that takes its options by value (it outlives
 // the call that starts it). The options type says which collective it runs.

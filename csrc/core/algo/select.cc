@@ -49,6 +49,8 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
   return *best;
 }
 
+bool forcedFor(const CommConfig& cfg, OpKind op) { return forced(cfg.algo, op) != nullptr; }
+
 Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes) {
   return chooseAlgorithm(cfg, model, op, bytes).id;
 }

@@ -27,5 +27,7 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
                                  size_t bytes);
 // Its id.
 Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes);
+// Whether MCCL_ALGO (cfg.algo) forces an algorithm for `op`.
+bool forcedFor(const CommConfig& cfg, OpKind op);
 
 }  // namespace mccl::algo

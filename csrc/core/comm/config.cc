@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "comm/job_secret.h"
+#include "reduce/wire.h"
 #include "transport/listener.h"
 #include "util/aead.h"
 #include "util/logging.h"
@@ -35,6 +36,8 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.handshakeTimeout = std::chrono::milliseconds(params::handshakeTimeoutMs());
   c.jobSecret = loadJobSecret();
   c.wireSecurity = params::wireSecurity();
+  c.wireDtype = params::wireDtype();
+  c.wireDtypeMinBytes = static_cast<size_t>(params::wireDtypeMinBytes());
   c.validate();
   return c;
 }
@@ -69,6 +72,10 @@ void CommConfig::validate() const {
     std::string why;
     MCCL_USAGE_CHECK(Aead::available(&why), "MCCL_WIRE_SECURITY=", wireSecurity, " needs AES-GCM: ", why);
   }
+  kernels::WireDtype wd;
+  MCCL_USAGE_CHECK(kernels::parseWireDtype(wireDtype, &wd), "MCCL_WIRE_DTYPE=", wireDtype,
+                   " is not one of fp32, bf16, fp16");
+  params::checkRange(spec::wireDtypeMinBytes, wireDtypeMinBytes);
   MCCL_USAGE_CHECK(unexpectedBytes >= frameBytes, "MCCL_UNEXPECTED_BYTES (", unexpectedBytes,
                    ") must be at least MCCL_FRAME_BYTES (", frameBytes, ")");
 }
@@ -84,7 +91,9 @@ std::string CommConfig::wireSettings() const {
       << spec::nsocksPerPeer.env << "=" << nsocksPerPeer << "\n"
       << spec::checksum.env << "=" << (checksum ? 1 : 0) << "\n"
       << spec::algo.env << "=" << algo << "\n"
-      << spec::wireSecurity.env << "=" << wireSecurity << "\n";
+      << spec::wireSecurity.env << "=" << wireSecurity << "\n"
+      << spec::wireDtype.env << "=" << wireDtype << "\n"
+      << spec::wireDtypeMinBytes.env << "=" << wireDtypeMinBytes << "\n";
   return out.str();
 }
 

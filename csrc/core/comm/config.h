@@ -51,6 +51,10 @@ struct CommConfig {
   std::optional<Secret> jobSecret;
   // MCCL_WIRE_SECURITY: "off", "integrity" or "encrypt".
   std::string wireSecurity = params::spec::wireSecurity.def;
+  // MCCL_WIRE_DTYPE ("fp32", "bf16", "fp16") for float32 SUM/AVG all_reduce
+  // of at least wireDtypeMinBytes.
+  std::string wireDtype = params::spec::wireDtype.def;
+  size_t wireDtypeMinBytes = params::spec::wireDtypeMinBytes.def;
   // Tests only: the listener waits this long after a handshake before the
   // connection joins the group (a listener descheduled at the wrong moment).
   std::chrono::milliseconds adoptDelayForTesting{0};

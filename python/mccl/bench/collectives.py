@@ -71,6 +71,20 @@ def _time(fn, iters: int, group) -> float:
     return float(dt.item())
 
 
+def _group_with(var: str, value: str):
+    """A new mccl group made with `var`=`value` (a group's settings are read
+    from the environment when it is made)."""
+    before = os.environ.get(var)
+    os.environ[var] = value
+    try:
+        return dist.new_group(backend="mccl")
+    finally:
+        if before is None:
+            os.environ.pop(var)
+        else:
+            os.environ[var] = before
+
+
 def run(args) -> list[dict]:
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {"mccl": dist.group.WORLD}
@@ -78,16 +92,12 @@ def run(args) -> list[dict]:
     for mode in modes:
         if mode not in ("integrity", "encrypt"):
             raise SystemExit(f"mccl-bench: --wire-security takes integrity and/or encrypt, not {mode!r}")
-        # A group's settings are read from the environment when it is made.
-        before = os.environ.get("MCCL_WIRE_SECURITY")
-        os.environ["MCCL_WIRE_SECURITY"] = mode
-        try:
-            groups[f"mccl+{mode}"] = dist.new_group(backend="mccl")
-        finally:
-            if before is None:
-                os.environ.pop("MCCL_WIRE_SECURITY")
-            else:
-                os.environ["MCCL_WIRE_SECURITY"] = before
+        groups[f"mccl+{mode}"] = _group_with("MCCL_WIRE_SECURITY", mode)
+    wire = [m for m in getattr(args, "wire_dtype", "").split(",") if m]
+    for w in wire:
+        if w not in ("bf16", "fp16"):
+            raise SystemExit(f"mccl-bench: --wire-dtype takes bf16 and/or fp16, not {w!r}")
+        groups[f"mccl+{w}"] = _group_with("MCCL_WIRE_DTYPE", w)
     if args.vs == "gloo":
         groups["gloo"] = dist.new_group(backend="gloo")
     dtype = getattr(torch, args.dtype)
@@ -142,9 +152,14 @@ def run(args) -> list[dict]:
 
 def _ratios(names: list[str]) -> list[tuple[str, str, str]]:
     """(label, numerator, denominator) of the busbw ratios a row shows:
-    mccl against Gloo, and each sealed mccl group against the unprotected."""
+    mccl against Gloo, and each sealed or compressed mccl group against the
+    plain one (busbw counts float32 bytes: effective for a 16-bit wire)."""
     out = [("mccl/gloo", "mccl", "gloo")] if "gloo" in names else []
-    out += [(f"{n[5:]}/off", n, "mccl") for n in names if n.startswith("mccl+")]
+    for n in names:
+        if n.startswith("mccl+"):
+            mode = n[5:]
+            base = "off" if mode in ("integrity", "encrypt") else "fp32"
+            out.append((f"{mode}/{base}", n, "mccl"))
     return out
 
 

@@ -1,0 +1,249 @@
+// MCCL_WIRE_DTYPE: float32 SUM/AVG all-reduce with bf16 or fp16 partial sums
+// on the wire. Every rank ends bit-identical; the error against a float64
+// reference stays within one rounding per hop; ops it does not apply to are
+// untouched; the setting is parsed strictly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "reduce/half.h"
+#include "reduce/wire.h"
+
+namespace mccl::test {
+namespace {
+
+using kernels::WireDtype;
+
+float input(int rank, size_t i) {
+  // Distinct per rank, mixed signs and magnitudes in [-4, 4).
+  uint32_t h = static_cast<uint32_t>(rank + 1) * 2654435761u ^ static_cast<uint32_t>(i) * 2246822519u;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return (static_cast<float>(h % 65536) / 8192.0f) - 4.0f;
+}
+
+double unitRoundoff(WireDtype w) { return w == WireDtype::kBf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
+
+struct Outputs {
+  std::mutex mu;
+  std::vector<std::vector<float>> out;
+  std::vector<std::string> desc;
+};
+
+void allreduceOnRanks(int n, size_t count, ReduceOp op, WireDtype w, Outputs& run, size_t minBytes = 0,
+                      DataType dt = DataType::kFloat32) {
+  run.out.assign(static_cast<size_t>(n), {});
+  run.desc.assign(static_cast<size_t>(n), "");
+  runRanks(n, [&](Communicator& comm) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = input(comm.rank(), i);
+    AllreduceOptions o;
+    o.buf = v.data();
+    o.count = count;
+    o.dtype = dt;
+    o.op = op;
+    auto work = allreduce(comm, o);
+    work->wait();
+    std::lock_guard<std::mutex> lock(run.mu);
+    run.out[static_cast<size_t>(comm.rank())] = v;
+    run.desc[static_cast<size_t>(comm.rank())] = work->description();
+  }, [&](CommConfig& c) {
+    c.wireDtype = kernels::wireDtypeName(w);
+    c.wireDtypeMinBytes = minBytes;
+    c.chunkBytes = 4096;  // many chunks even for small test buffers
+  });
+}
+
+TEST(WireKernels, RoundTripsRoundToNearestEvenAndSaturateFp16) {
+  const std::vector<float> exact = {0.0f, -0.0f, 1.0f, -2.5f, 0.15625f, 1024.0f};
+  for (WireDtype w : {WireDtype::kBf16, WireDtype::kFp16}) {
+    std::vector<uint16_t> wire(exact.size());
+    std::vector<float> back(exact.size());
+    kernels::toWire(wire.data(), exact.data(), exact.size(), w);
+    kernels::fromWire(back.data(), wire.data(), exact.size(), w);
+    for (size_t i = 0; i < exact.size(); ++i) EXPECT_EQ(back[i], exact[i]) << kernels::wireDtypeName(w);
+    // acc += wire: accumulation happens in float32.
+    std::vector<float> acc(exact.size(), 0.25f);
+    kernels::addWire(acc.data(), wire.data(), exact.size(), w);
+    for (size_t i = 0; i < exact.size(); ++i) EXPECT_EQ(acc[i], exact[i] + 0.25f);
+  }
+  // Ties go to even: 1 + 2^-8 lies halfway between bf16's 1 and 1 + 2^-7.
+  float tie = 1.0f + std::ldexp(1.0f, -8);
+  uint16_t b;
+  kernels::toWire(&b, &tie, 1, WireDtype::kBf16);
+  EXPECT_EQ(kernels::bf16ToFloat(b), 1.0f);
+  // fp16: finite overflow saturates (and is counted); infinity and NaN stay.
+  const uint64_t before = kernels::saturations();
+  const float big[] = {70000.0f, -1e30f, std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(), 65504.0f};
+  uint16_t h[5];
+  float back[5];
+  kernels::toWire(h, big, 5, WireDtype::kFp16);
+  kernels::fromWire(back, h, 5, WireDtype::kFp16);
+  EXPECT_EQ(back[0], 65504.0f);
+  EXPECT_EQ(back[1], -65504.0f);
+  EXPECT_TRUE(std::isinf(back[2]) && back[2] > 0);
+  EXPECT_TRUE(std::isnan(back[3]));
+  EXPECT_EQ(back[4], 65504.0f);
+  EXPECT_EQ(kernels::saturations() - before, 2u);
+}
+
+TEST(WireDtype, AllreduceIsBitIdenticalOnEveryRankAndWithinOneRoundingPerHop) {
+  for (WireDtype w : {WireDtype::kBf16, WireDtype::kFp16}) {
+    for (int n : {2, 3, 5}) {
+      for (size_t count : {size_t{1}, size_t{2}, size_t{13}, size_t{1031}, size_t{100003}}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          Outputs run;
+          allreduceOnRanks(n, count, op, w, run);
+          const std::string what = strCat(kernels::wireDtypeName(w), " n=", n, " count=", count, " ",
+                                          reduceOpName(op));
+          for (int r = 0; r < n; ++r) {
+            ASSERT_NE(run.desc[static_cast<size_t>(r)].find(strCat(" wire=", kernels::wireDtypeName(w))),
+                      std::string::npos) << what << ": " << run.desc[static_cast<size_t>(r)];
+            ASSERT_EQ(std::memcmp(run.out[static_cast<size_t>(r)].data(), run.out[0].data(), count * 4), 0)
+                << what << ": rank " << r << " differs from rank 0";
+          }
+          const double u = unitRoundoff(w);
+          double worst = 0;
+          for (size_t i = 0; i < count; ++i) {
+            double sum = 0, mag = 0;
+            for (int r = 0; r < n; ++r) {
+              sum += input(r, i);
+              mag += std::fabs(input(r, i));
+            }
+            const double want = op == ReduceOp::kAvg ? sum / n : sum;
+            const double scale = op == ReduceOp::kAvg ? mag / n : mag;
+            const double err = std::fabs(run.out[0][i] - want);
+            // n - 1 partial sums rounded on the way, the final value once.
+            ASSERT_LE(err, (n + 1) * u * scale + 1e-30) << what << " at " << i;
+            worst = std::max(worst, err / std::max(scale, 1e-30));
+          }
+          // And it did round: bf16/fp16 partial sums are not float32's.
+          if (count >= 1031) {
+            EXPECT_GT(worst, 0.0) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(WireDtype, ReduceScatterIsWithinOneRoundingPerHop) {
+  for (WireDtype w : {WireDtype::kBf16, WireDtype::kFp16}) {
+    for (int n : {2, 3, 5}) {
+      for (size_t count : {size_t{1}, size_t{13}, size_t{1031}, size_t{20011}}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          const std::string what = strCat(kernels::wireDtypeName(w), " n=", n, " count=", count, " ",
+                                          reduceOpName(op));
+          std::vector<std::string> desc(static_cast<size_t>(n));
+          std::mutex mu;
+          runRanks(n, [&](Communicator& comm) {
+            // Rank r's block b: input(r, b * count + i).
+            std::vector<std::vector<float>> blocks(static_cast<size_t>(n), std::vector<float>(count));
+            std::vector<const void*> in;
+            for (int b = 0; b < n; ++b) {
+              for (size_t i = 0; i < count; ++i) blocks[static_cast<size_t>(b)][i] = input(comm.rank(), b * count + i);
+              in.push_back(blocks[static_cast<size_t>(b)].data());
+            }
+            std::vector<float> out(count, -1.0f);
+            ReduceScatterOptions o;
+            o.in = in;
+            o.out = out.data();
+            o.count = count;
+            o.op = op;
+            auto work = reduceScatter(comm, o);
+            work->wait();
+            const double u = unitRoundoff(w);
+            for (size_t i = 0; i < count; ++i) {
+              double sum = 0, mag = 0;
+              for (int r = 0; r < n; ++r) {
+                sum += input(r, comm.rank() * count + i);
+                mag += std::fabs(input(r, comm.rank() * count + i));
+              }
+              const double want = op == ReduceOp::kAvg ? sum / n : sum;
+              const double scale = op == ReduceOp::kAvg ? mag / n : mag;
+              ASSERT_LE(std::fabs(out[i] - want), n * u * scale + 1e-30) << what << " rank " << comm.rank() << " at " << i;
+            }
+            std::lock_guard<std::mutex> lock(mu);
+            desc[static_cast<size_t>(comm.rank())] = work->description();
+          }, [&](CommConfig& c) {
+            c.wireDtype = kernels::wireDtypeName(w);
+            c.wireDtypeMinBytes = 0;
+            c.chunkBytes = 4096;
+          });
+          EXPECT_NE(desc[0].find(" wire="), std::string::npos) << what << ": " << desc[0];
+        }
+      }
+    }
+  }
+}
+
+TEST(WireDtype, SmallOpsOtherDtypesAndOtherOpsStayFp32) {
+  Outputs run;
+  // Below MCCL_WIRE_DTYPE_MIN_BYTES: float32 on the wire, exact for these sums.
+  allreduceOnRanks(3, 1031, ReduceOp::kSum, WireDtype::kBf16, run, /*minBytes=*/1031 * 4 + 1);
+  EXPECT_EQ(run.desc[0].find("wire="), std::string::npos) << run.desc[0];
+  for (size_t i = 0; i < 1031; ++i) {
+    const float want = (input(0, i) + input(1, i)) + input(2, i);
+    ASSERT_NEAR(run.out[1][i], want, 1e-5) << i;
+  }
+  // MAX is not a sum: never compressed.
+  allreduceOnRanks(3, 1031, ReduceOp::kMax, WireDtype::kBf16, run);
+  EXPECT_EQ(run.desc[0].find("wire="), std::string::npos) << run.desc[0];
+  for (size_t i = 0; i < 1031; ++i) {
+    ASSERT_EQ(run.out[2][i], std::max({input(0, i), input(1, i), input(2, i)})) << i;
+  }
+}
+
+TEST(WireDtype, Fp16SaturatesInsteadOfOverflowing) {
+  const uint64_t before = kernels::saturations();
+  std::vector<std::vector<float>> out(3);
+  std::mutex mu;
+  runRanks(3, [&](Communicator& comm) {
+    std::vector<float> v(4099, 40000.0f);
+    AllreduceOptions o;
+    o.buf = v.data();
+    o.count = v.size();
+    allreduce(comm, o)->wait();
+    std::lock_guard<std::mutex> lock(mu);
+    out[static_cast<size_t>(comm.rank())] = v;
+  }, [](CommConfig& c) {
+    c.wireDtype = "fp16";
+    c.wireDtypeMinBytes = 0;
+  });
+  // 120000 does not fit fp16: every value is finite, and the same everywhere.
+  for (const auto& v : out) {
+    for (float x : v) {
+      ASSERT_TRUE(std::isfinite(x));
+      ASSERT_EQ(x, out[0][0]);
+    }
+  }
+  EXPECT_GT(kernels::saturations(), before);
+}
+
+TEST(WireDtype, SettingIsParsedStrictly) {
+  CommConfig c = baseConfig(0, 2);
+  c.wireDtype = "bf8";
+  try {
+    c.validate();
+    FAIL() << "MCCL_WIRE_DTYPE=bf8 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MCCL_WIRE_DTYPE=bf8 is not one of fp32, bf16, fp16"),
+              std::string::npos) << e.what();
+  }
+  CommConfig a = baseConfig(0, 2), b = baseConfig(1, 2);
+  a.wireDtype = "bf16";
+  b.wireDtype = "fp32";
+  EXPECT_NE(b.wireMismatch(a.wireSettings()).find("MCCL_WIRE_DTYPE is 'fp32' on this rank but 'bf16'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mccl::test

@@ -1,0 +1,28 @@
+"""MCCL_WIRE_DTYPE (issue: fewer bytes on the wire) through torch.distributed."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_workers
+
+
+@pytest.mark.parametrize("wire", ["bf16", "fp16"])
+def test_wire_dtype_all_reduce_and_ddp(wire):
+    run_workers("wire_dtype.py", 3, env={"MCCL_WIRE_DTYPE": wire, "MCCL_WIRE_DTYPE_MIN_BYTES": "0"},
+                timeout=240)
+
+
+def test_a_malformed_wire_dtype_fails_init_naming_it():
+    code = ("import os, torch.distributed as dist, mccl\n"
+            "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='0')\n"
+            "import torch.distributed as d\n"
+            "store = d.HashStore()\n"
+            "try:\n"
+            "    d.init_process_group('mccl', store=store, rank=0, world_size=1)\n"
+            "except Exception as e:\n"
+            "    print('ERROR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], env={"MCCL_WIRE_DTYPE": "int4", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=120)
+    assert "MCCL_WIRE_DTYPE=int4 is not one of fp32, bf16, fp16" in out.stdout + out.stderr, out
