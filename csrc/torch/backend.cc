@@ -161,11 +161,13 @@ std::shared_ptr<Work> ProcessGroupMCCL::submit(Staging& st, F&& fn) {
 
 ProcessGroupMCCL::ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout,
-                                   std::string groupName, std::string routeHost)
+                                   std::string groupName, std::string routeHost,
+                                   const std::map<std::string, std::string>& settings)
     : c10d::Backend(rank, size), timeout_(timeout) {
   CommConfig cfg;
   try {
     cfg = CommConfig::fromEnv(rank, size);
+    for (const auto& [env, value] : settings) cfg.applySetting(env, value);
   } catch (const std::exception& e) {
     rethrowAsTorch(e);
   }

@@ -17,6 +17,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -46,9 +47,11 @@ class ProcessGroupMCCL : public c10d::Backend {
  public:
   // Collective over the ranks of the group: rendezvous through `store`.
   // `routeHost` is the master address, used to pick the default interface.
+  // `settings`: this group's own values of settings (mccl.Options, by
+  // variable name) over the MCCL_* environment.
   ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, std::string groupName,
-                   std::string routeHost);
+                   std::string routeHost, const std::map<std::string, std::string>& settings = {});
   // The group shrink() made: `comm` is already running.
   ProcessGroupMCCL(std::shared_ptr<Communicator> comm, std::chrono::milliseconds timeout);
   ~ProcessGroupMCCL() override;

@@ -96,12 +96,13 @@ PYBIND11_MODULE(_C, m) {
       m, "ProcessGroupMCCL")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const std::string& groupName,
-                       const std::string& routeHost) {
+                       const std::string& routeHost, const std::map<std::string, std::string>& settings) {
              return c10::make_intrusive<ProcessGroupMCCL>(store, rank, size, timeout, groupName,
-                                                          routeHost);
+                                                          routeHost, settings);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "", py::arg("route_host") = "",
+           py::arg("settings") = std::map<std::string, std::string>{},
            py::call_guard<py::gil_scoped_release>())
       .def("_shutdown", &ProcessGroupMCCL::shutdown, py::call_guard<py::gil_scoped_release>(),
            "stops the group's threads and closes its connections (what torch >= 2.7's "

@@ -7,16 +7,18 @@
     dist.init_process_group("mccl")
 
 Settings are read from ``MCCL_*`` environment variables when a group is
-created; ``mccl.params()`` lists them with their defaults.
+created; ``mccl.params()`` lists them with their defaults. A group may choose
+some for itself: ``pg_options=mccl.Options(wire_dtype="bf16")``.
 """
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C, _mps
 from ._backend import register
+from .options import Options
 
 __version__ = "0.1.0"
-__all__ = ["params", "register", "reduce_supported", "__version__"]
+__all__ = ["Options", "params", "register", "reduce_supported", "__version__"]
 
 
 def params():

@@ -23,8 +23,12 @@ def _route_host(store) -> str:
 
 
 def _create_backend(dist_backend_opts, backend_options):
-    """Creator for ``Backend.register_backend(..., extended_api=True)``."""
-    del backend_options  # no backend-specific options yet; settings come from MCCL_*
+    """Creator for ``Backend.register_backend(..., extended_api=True)``;
+    ``backend_options`` is the group's ``pg_options``: None or mccl.Options."""
+    from .options import Options
+    if backend_options is not None and not isinstance(backend_options, Options):
+        raise TypeError(f"pg_options for backend 'mccl' must be mccl.Options, not "
+                        f"{type(backend_options).__name__} (other settings come from MCCL_* variables)")
     store = dist_backend_opts.store
     return _C.ProcessGroupMCCL(
         store,
@@ -33,6 +37,7 @@ def _create_backend(dist_backend_opts, backend_options):
         dist_backend_opts.timeout,
         dist_backend_opts.group_id or "",
         _route_host(store),
+        backend_options.settings() if backend_options is not None else {},
     )
 
 

@@ -286,6 +286,15 @@ TEST(WireDtype, SettingIsParsedStrictly) {
     EXPECT_NE(std::string(e.what()).find("MCCL_WIRE_DTYPE=bf8 is not one of fp32, bf16, fp16"),
               std::string::npos) << e.what();
   }
+  // A group's own values (mccl.Options): only the settings a group may choose.
+  CommConfig g = baseConfig(0, 2);
+  g.applySetting("MCCL_WIRE_DTYPE", "fp16");
+  g.applySetting("MCCL_WIRE_DTYPE_MIN_BYTES", "64K");
+  EXPECT_EQ(g.wireDtype, "fp16");
+  EXPECT_EQ(g.wireDtypeMinBytes, 65536u);
+  EXPECT_THROW(g.applySetting("MCCL_WIRE_DTYPE", "bf8"), Error);
+  EXPECT_THROW(g.applySetting("MCCL_WIRE_DTYPE_MIN_BYTES", "lots"), Error);
+  EXPECT_THROW(g.applySetting("MCCL_CHUNK_BYTES", "1M"), Error);
   CommConfig a = baseConfig(0, 2), b = baseConfig(1, 2);
   a.wireDtype = "bf16";
   b.wireDtype = "fp32";

@@ -14,6 +14,10 @@ def test_wire_dtype_all_reduce_and_ddp(wire):
                 timeout=240)
 
 
+def test_wire_dtype_per_group_and_the_ddp_hook():
+    run_workers("wire_hook.py", 3, timeout=240)
+
+
 def test_a_malformed_wire_dtype_fails_init_naming_it():
     code = ("import os, torch.distributed as dist, mccl\n"
             "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='0')\n"

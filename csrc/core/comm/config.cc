@@ -80,6 +80,22 @@ void CommConfig::validate() const {
                    ") must be at least MCCL_FRAME_BYTES (", frameBytes, ")");
 }
 
+void CommConfig::applySetting(const std::string& env, const std::string& value) {
+  namespace spec = params::spec;
+  if (env == spec::wireDtype.env) {
+    kernels::WireDtype w;
+    MCCL_USAGE_CHECK(kernels::parseWireDtype(value, &w), "mccl.Options: wire_dtype '", value,
+                     "' is not one of fp32, bf16, fp16");
+    wireDtype = value;
+  } else if (env == spec::wireDtypeMinBytes.env) {
+    const int64_t v = parseSize(value, spec::wireDtypeMinBytes.env);
+    params::checkRange(spec::wireDtypeMinBytes, v);
+    wireDtypeMinBytes = static_cast<size_t>(v);
+  } else {
+    throwError(ErrorKind::kUsage, "mccl.Options: ", env, " is not a setting a group may choose for itself");
+  }
+}
+
 std::string CommConfig::wireSettings() const {
   namespace spec = params::spec;
   std::ostringstream out;

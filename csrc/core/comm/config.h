@@ -61,6 +61,11 @@ struct CommConfig {
 
   // Reads the MCCL_* variables; throws a usage error naming a bad value.
   static CommConfig fromEnv(int rank, int size);
+  // One group's own value of a setting (pg_options: mccl.Options), given by
+  // its variable's name; only the settings a group may choose for itself
+  // (MCCL_WIRE_DTYPE, MCCL_WIRE_DTYPE_MIN_BYTES). Throws a usage error for
+  // another name or a malformed value.
+  void applySetting(const std::string& env, const std::string& value);
   // Checks every setting against its declared range (params.def) and the
   // rules between settings; throws a usage error naming the setting.
   void validate() const;
