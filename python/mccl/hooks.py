@@ -20,12 +20,14 @@ import torch.distributed as dist
 from .options import Options
 
 
-def wire_group(wire_dtype: str = "bf16", group=None, min_bytes: Union[int, str] = 0):
+def wire_group(wire_dtype: str = "bf16", group=None, min_bytes: Union[int, str] = 0, reduce: str = "auto"):
     """A new mccl group of `group`'s ranks (default: the world) whose float32
-    sums travel as `wire_dtype`. Every rank must call it (it is a new_group)."""
+    sums travel as `wire_dtype` (reduced by `reduce`: see mccl.Options).
+    Every rank must call it (it is a new_group)."""
     ranks = None if group is None else dist.get_process_group_ranks(group)
     return dist.new_group(ranks=ranks, backend="mccl",
-                          pg_options=Options(wire_dtype=wire_dtype, wire_dtype_min_bytes=min_bytes))
+                          pg_options=Options(wire_dtype=wire_dtype, wire_dtype_min_bytes=min_bytes,
+                                             wire_reduce=reduce))
 
 
 def wire_allreduce_hook(process_group, bucket) -> torch.futures.Future[torch.Tensor]:

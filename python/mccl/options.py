@@ -12,6 +12,7 @@ refused, naming the setting).
 from __future__ import annotations
 
 WIRE_DTYPES = ("fp32", "bf16", "fp16")
+WIRE_REDUCES = ("auto", "ring", "pairwise")
 
 
 class Options:
@@ -22,9 +23,16 @@ class Options:
         (``MCCL_WIRE_DTYPE``).
     wire_dtype_min_bytes: ops smaller than this keep float32 on the wire
         (``MCCL_WIRE_DTYPE_MIN_BYTES``; an int, or text such as ``"256K"``).
+    wire_reduce: ``"ring"`` (fastest; the error grows with the group like
+        ``bf16_compress_hook``'s), ``"pairwise"`` (each input rounded once: an
+        error flat in the group's size) or ``"auto"`` (``MCCL_WIRE_REDUCE``).
     """
 
-    def __init__(self, *, wire_dtype: str | None = None, wire_dtype_min_bytes: int | str | None = None):
+    def __init__(self, *, wire_dtype: str | None = None, wire_dtype_min_bytes: int | str | None = None,
+                 wire_reduce: str | None = None):
+        if wire_reduce is not None and wire_reduce not in WIRE_REDUCES:
+            raise ValueError(f"mccl.Options: wire_reduce {wire_reduce!r} is not one of {', '.join(WIRE_REDUCES)}")
+        self.wire_reduce = wire_reduce
         if wire_dtype is not None and wire_dtype not in WIRE_DTYPES:
             raise ValueError(f"mccl.Options: wire_dtype {wire_dtype!r} is not one of {', '.join(WIRE_DTYPES)}")
         if wire_dtype_min_bytes is not None and (isinstance(wire_dtype_min_bytes, bool) or
@@ -41,6 +49,8 @@ class Options:
             out["MCCL_WIRE_DTYPE"] = self.wire_dtype
         if self.wire_dtype_min_bytes is not None:
             out["MCCL_WIRE_DTYPE_MIN_BYTES"] = str(self.wire_dtype_min_bytes)
+        if self.wire_reduce is not None:
+            out["MCCL_WIRE_REDUCE"] = self.wire_reduce
         return out
 
     def __repr__(self) -> str:

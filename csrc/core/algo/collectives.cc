@@ -97,6 +97,12 @@ bool wireApplies(const Communicator& comm, OpKind op, DataType dt, ReduceOp rop,
          comm.size() > 1 && !algo::forcedFor(cfg, op);
 }
 
+// MCCL_WIRE_REDUCE: the pairwise exchange (error flat in n) or the ring.
+bool wirePairwise(const Communicator& comm) {
+  const auto& how = comm.config().wireReduce;
+  return how == "pairwise" || (how == "auto" && comm.size() >= 8);
+}
+
 }  // namespace
 
 std::string rootRefusal(int size, int64_t root) {
@@ -121,9 +127,15 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   kernels::WireDtype w;
   if (wireApplies(comm, OpKind::kAllreduce, o.dtype, o.op, bytes, &w)) {
     sig.algo = Algo::kRing;
+    if (wirePairwise(comm)) {
+      return comm.submit(sig, o.timeout,
+                         [o, w](OpContext& ctx) { return algo::allreducePairwiseWire(ctx, o, w); },
+                         strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " pairwise"),
+                         small(comm, bytes));
+    }
     return comm.submit(sig, o.timeout,
                        [o, w](OpContext& ctx) { return algo::allreduceRingWire(ctx, o, w); },
-                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w)),
+                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " ring"),
                        small(comm, bytes));
   }
   return run(comm, sig, bytes, o);
@@ -164,9 +176,15 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   kernels::WireDtype w;
   if (wireApplies(comm, OpKind::kReduceScatter, o.dtype, o.op, bytes * static_cast<size_t>(comm.size()), &w)) {
     sig.algo = Algo::kRing;
+    if (wirePairwise(comm)) {
+      return comm.submit(sig, o.timeout,
+                         [o, w](OpContext& ctx) { return algo::reduceScatterPairwiseWire(ctx, o, w); },
+                         strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " pairwise"),
+                         small(comm, bytes));
+    }
     return comm.submit(sig, o.timeout,
                        [o, w](OpContext& ctx) { return algo::reduceScatterRingWire(ctx, o, w); },
-                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w)),
+                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " ring"),
                        small(comm, bytes));
   }
   return run(comm, sig, bytes, o);

@@ -26,11 +26,16 @@ class OpContext;
 
 namespace mccl::algo {
 
-// The float32 ring all-reduce and reduce-scatter with 16-bit partial sums on the wire
-// (MCCL_WIRE_DTYPE); not a row of the table: collectives.cc runs it in place
-// of the chosen algorithm when the setting applies to the op.
+// The float32 all-reduce and reduce-scatter with a 16-bit wire
+// (MCCL_WIRE_DTYPE), by ring (partial sums rounded at every hop: the
+// fastest) or by pairwise exchange (each input rounded once: an error that
+// does not grow with the group); MCCL_WIRE_REDUCE picks. Not rows of the
+// table: collectives.cc runs them in place of the chosen algorithm when the
+// setting applies to the op.
 Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w);
+Task allreducePairwiseWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w);
 Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w);
+Task reduceScatterPairwiseWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w);
 
 // An entry point: a coroutine that takes its options by value (it outlives
 // the call that starts it). The options type says which collective it runs.

@@ -38,6 +38,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.wireSecurity = params::wireSecurity();
   c.wireDtype = params::wireDtype();
   c.wireDtypeMinBytes = static_cast<size_t>(params::wireDtypeMinBytes());
+  c.wireReduce = params::wireReduce();
   c.validate();
   return c;
 }
@@ -76,6 +77,8 @@ void CommConfig::validate() const {
   MCCL_USAGE_CHECK(kernels::parseWireDtype(wireDtype, &wd), "MCCL_WIRE_DTYPE=", wireDtype,
                    " is not one of fp32, bf16, fp16");
   params::checkRange(spec::wireDtypeMinBytes, wireDtypeMinBytes);
+  MCCL_USAGE_CHECK(wireReduce == "ring" || wireReduce == "pairwise" || wireReduce == "auto",
+                   "MCCL_WIRE_REDUCE=", wireReduce, " is not one of ring, pairwise, auto");
   MCCL_USAGE_CHECK(unexpectedBytes >= frameBytes, "MCCL_UNEXPECTED_BYTES (", unexpectedBytes,
                    ") must be at least MCCL_FRAME_BYTES (", frameBytes, ")");
 }
@@ -87,6 +90,10 @@ void CommConfig::applySetting(const std::string& env, const std::string& value) 
     MCCL_USAGE_CHECK(kernels::parseWireDtype(value, &w), "mccl.Options: wire_dtype '", value,
                      "' is not one of fp32, bf16, fp16");
     wireDtype = value;
+  } else if (env == spec::wireReduce.env) {
+    MCCL_USAGE_CHECK(value == "ring" || value == "pairwise" || value == "auto", "mccl.Options: wire_reduce '",
+                     value, "' is not one of ring, pairwise, auto");
+    wireReduce = value;
   } else if (env == spec::wireDtypeMinBytes.env) {
     const int64_t v = parseSize(value, spec::wireDtypeMinBytes.env);
     params::checkRange(spec::wireDtypeMinBytes, v);
@@ -109,7 +116,8 @@ std::string CommConfig::wireSettings() const {
       << spec::algo.env << "=" << algo << "\n"
       << spec::wireSecurity.env << "=" << wireSecurity << "\n"
       << spec::wireDtype.env << "=" << wireDtype << "\n"
-      << spec::wireDtypeMinBytes.env << "=" << wireDtypeMinBytes << "\n";
+      << spec::wireDtypeMinBytes.env << "=" << wireDtypeMinBytes << "\n"
+      << spec::wireReduce.env << "=" << wireReduce << "\n";
   return out.str();
 }
 

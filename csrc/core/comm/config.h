@@ -55,6 +55,8 @@ struct CommConfig {
   // of at least wireDtypeMinBytes.
   std::string wireDtype = params::spec::wireDtype.def;
   size_t wireDtypeMinBytes = params::spec::wireDtypeMinBytes.def;
+  // MCCL_WIRE_REDUCE: "ring", "pairwise" or "auto".
+  std::string wireReduce = params::spec::wireReduce.def;
   // Tests only: the listener waits this long after a handshake before the
   // connection joins the group (a listener descheduled at the wrong moment).
   std::chrono::milliseconds adoptDelayForTesting{0};
@@ -63,7 +65,7 @@ struct CommConfig {
   static CommConfig fromEnv(int rank, int size);
   // One group's own value of a setting (pg_options: mccl.Options), given by
   // its variable's name; only the settings a group may choose for itself
-  // (MCCL_WIRE_DTYPE, MCCL_WIRE_DTYPE_MIN_BYTES). Throws a usage error for
+  // (MCCL_WIRE_DTYPE, MCCL_WIRE_DTYPE_MIN_BYTES, MCCL_WIRE_REDUCE). Throws a usage error for
   // another name or a malformed value.
   void applySetting(const std::string& env, const std::string& value);
   // Checks every setting against its declared range (params.def) and the

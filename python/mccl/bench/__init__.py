@@ -5,6 +5,7 @@
     mccl-bench ddp --nproc 4                            # DDP step time, comm hidden
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
+    mccl-bench wire-accuracy --ns 2,8,24,200            # 16-bit wire error: mccl vs bf16_compress_hook
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench scaling-report s1.json s2.json s3.json   # repeats of it: medians and ranges (--plot)
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
@@ -115,6 +116,11 @@ def parser() -> argparse.ArgumentParser:
     el.add_argument("--anchor-timeout-s", type=float, default=600.0,
                     help="give up on a torchrun phase after this long (the error shows each host's log)")
     el.add_argument("--json", help="write every run's figures here")
+    wa = sub.add_parser("wire-accuracy",
+                        help="error of a 16-bit wire: mccl's against bf16_compress_hook's (one process)")
+    wa.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate")
+    wa.add_argument("--elements", type=int, default=1 << 20)
+    wa.add_argument("--json")
     m = sub.add_parser("memory", help="peak resident memory of one all_reduce")
     _common(m)
     m.add_argument("--size", default="256M")
@@ -184,6 +190,10 @@ def main(argv=None) -> int:
     if args.mode == "matmul":
         from . import matmul
         matmul.run(args)
+        return 0
+    if args.mode == "wire-accuracy":
+        from . import wire_accuracy
+        wire_accuracy.run(args)
         return 0
     if "RANK" in os.environ:
         return _worker(args)

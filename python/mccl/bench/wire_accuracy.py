@@ -1,0 +1,128 @@
+"""Accuracy of a 16-bit wire: MCCL's (float32 accumulation, one rounding per
+hop) against PyTorch's ``bf16_compress_hook`` (a bfloat16 all-reduce: the
+sum is rounded to bfloat16 at every hop), at the same bytes on the wire.
+
+All are simulated in one process, in the order the real ones compute: MCCL's
+pairwise exchange (algo/allreduce_pairwise_wire.cc) has block b's owner add,
+in float32, every other rank's values rounded once to the wire, then divide
+(AVG) and round once; MCCL's ring (allreduce_ring_wire.cc) and the hook round
+the growing partial sum at every hop (the ring adds in float32 between
+roundings, the hook in bfloat16). The simulation is checked bit-for-bit against
+real MCCL all-reduces (tests/python/test_wire_accuracy.py), so its figures
+at 24 or 200 ranks are what such a fleet would compute.
+
+    mccl-bench wire-accuracy --ns 2,4,8,24,200 --elements 1M
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+WIRE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def partition(count: int, n: int) -> list[tuple[int, int]]:
+    """MCCL's block partition: (offset, length); the first count % n blocks get one more."""
+    base, extra = divmod(count, n)
+    out, off = [], 0
+    for b in range(n):
+        length = base + (1 if b < extra else 0)
+        out.append((off, length))
+        off += length
+    return out
+
+
+def mccl_ring(xs: list[torch.Tensor], wire: str, avg: bool = True) -> torch.Tensor:
+    """MCCL_WIRE_REDUCE=ring: block b's partial sum starts at rank b; each
+    later rank adds its float32 values to the 16-bit partial sum it received
+    (in float32) and rounds the result for the next hop; the owner divides
+    (AVG) and rounds once."""
+    n, w = len(xs), WIRE[wire]
+    out = torch.empty_like(xs[0])
+    for b, (off, length) in enumerate(partition(xs[0].numel(), n)):
+        if length == 0:
+            continue
+        p = xs[b][off:off + length].clone()
+        for k in range(1, n):
+            p = xs[(b + k) % n][off:off + length] + p.to(w).to(torch.float32)
+        if avg:
+            p = p / n
+        out[off:off + length] = p.to(w).to(torch.float32)
+    return out
+
+
+def mccl_wire(xs: list[torch.Tensor], wire: str, avg: bool = True) -> torch.Tensor:
+    """MCCL_WIRE_REDUCE=pairwise: block b's owner adds, in float32 and in step
+    order k = 1..n-1, rank (b-k)'s values rounded once to the wire; divides
+    (AVG); rounds the result once."""
+    n, w = len(xs), WIRE[wire]
+    out = torch.empty_like(xs[0])
+    for b, (off, length) in enumerate(partition(xs[0].numel(), n)):
+        if length == 0:
+            continue
+        acc = xs[b][off:off + length].clone()
+        for k in range(1, n):
+            acc = acc + xs[(b - k) % n][off:off + length].to(w).to(torch.float32)
+        if avg:
+            acc = acc / n
+        out[off:off + length] = acc.to(w).to(torch.float32)
+    return out
+
+
+def bf16_hook_ring(xs: list[torch.Tensor]) -> torch.Tensor:
+    """PyTorch's bf16_compress_hook: each rank's bfloat16(x) / n, then a ring
+    sum whose partial sums are bfloat16 at every hop (same block order)."""
+    n = len(xs)
+    q = [x.to(torch.bfloat16).div_(n) for x in xs]
+    out = torch.empty_like(xs[0])
+    for b, (off, length) in enumerate(partition(xs[0].numel(), n)):
+        if length == 0:
+            continue
+        p = q[b][off:off + length].clone()
+        for k in range(1, n):
+            p = p + q[(b + k) % n][off:off + length]  # bfloat16 + bfloat16, rounded to bfloat16
+        out[off:off + length] = p.to(torch.float32)
+    return out
+
+
+def gradients(n: int, count: int, seed: int = 0) -> list[torch.Tensor]:
+    """Gradient-like float32 data: a component all ranks share plus each
+    rank's own noise, in magnitudes spread over several decades."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.exp(torch.randn(count, generator=g) * 2.0)
+    shared = torch.randn(count, generator=g) * scale
+    return [(shared + 0.5 * torch.randn(count, generator=g) * scale).float() for _ in range(n)]
+
+
+def errors(got: torch.Tensor, want: torch.Tensor) -> dict:
+    d = (got.double() - want)
+    return {"rel_l2": float(d.norm() / want.norm()), "max_rel": float((d.abs() / want.abs().clamp_min(1e-30)).median())}
+
+
+def run(args) -> list[dict]:
+    ns = [int(x) for x in args.ns.split(",")]
+    count = args.elements
+    rows = []
+    print("# relative L2 error of the average against float64 (median |relative error| per element in brackets)")
+    print(f"{'N':>5} {'mccl bf16 pairwise':>22} {'mccl fp16 pairwise':>22} {'mccl bf16 ring':>22} "
+          f"{'bf16_compress_hook':>22} {'hook / pairwise':>16} {'hook / ring':>12}")
+    for n in ns:
+        xs = gradients(n, count, seed=n)
+        want = torch.stack([x.double() for x in xs]).mean(0)
+        row = {"n": n, "elements": count}
+        for name, got in (("mccl_bf16", mccl_wire(xs, "bf16")), ("mccl_fp16", mccl_wire(xs, "fp16")),
+                          ("mccl_bf16_ring", mccl_ring(xs, "bf16")), ("bf16_compress_hook", bf16_hook_ring(xs))):
+            row[name] = errors(got, want)
+        rows.append(row)
+        cell = lambda k: f"{row[k]['rel_l2']:.3e} ({row[k]['max_rel']:.1e})"  # noqa: E731
+        hook = row['bf16_compress_hook']['rel_l2']
+        print(f"{n:>5} {cell('mccl_bf16'):>22} {cell('mccl_fp16'):>22} {cell('mccl_bf16_ring'):>22} "
+              f"{cell('bf16_compress_hook'):>22} {hook / row['mccl_bf16']['rel_l2']:>15.2f}x "
+              f"{hook / row['mccl_bf16_ring']['rel_l2']:>11.2f}x", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+        print(f"# wrote {args.json}")
+    return rows
