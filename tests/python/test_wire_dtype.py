@@ -18,6 +18,10 @@ def test_wire_dtype_per_group_and_the_ddp_hook():
     run_workers("wire_hook.py", 3, timeout=240)
 
 
+def test_int8_allreduce_and_hook_with_error_feedback():
+    run_workers("int8_hook.py", 3, timeout=240)
+
+
 def test_a_malformed_wire_dtype_fails_init_naming_it():
     code = ("import os, torch.distributed as dist, mccl\n"
             "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='0')\n"

@@ -98,6 +98,10 @@ def run(args) -> list[dict]:
         if w not in ("bf16", "fp16"):
             raise SystemExit(f"mccl-bench: --wire-dtype takes bf16 and/or fp16, not {w!r}")
         groups[f"mccl+{w}"] = _group_with("MCCL_WIRE_DTYPE", w)
+    if getattr(args, "int8", False):
+        if args.ops != ["all_reduce"]:
+            raise SystemExit("mccl-bench: --int8 times all_reduce only (--ops all_reduce)")
+        groups["mccl+int8"] = dist.group.WORLD  # mccl.hooks.int8_allreduce on the default group
     if args.vs == "gloo":
         groups["gloo"] = dist.new_group(backend="gloo")
     dtype = getattr(torch, args.dtype)
@@ -120,6 +124,9 @@ def run(args) -> list[dict]:
         for name, g in groups.items():
             b = _buffers(op, size, world, rank, dtype, args.device)
             runners[name] = _runner(op, b, g, world, rank)
+            if name == "mccl+int8":
+                from ..hooks import int8_allreduce
+                runners[name] = lambda b=b: int8_allreduce(b["buf"])
             # Warm up and pick an iteration count that fills ~target seconds.
             warm = _time(runners[name], 2, g)
             runners[name + ":iters"] = max(args.min_iters, min(args.max_iters, int(args.target / max(warm, 1e-6))))
@@ -142,7 +149,7 @@ def run(args) -> list[dict]:
     if "gloo" in groups:
         destroy_gloo(groups["gloo"])
     for name, g in groups.items():
-        if name.startswith("mccl+"):
+        if name.startswith("mccl+") and g is not dist.group.WORLD:
             dist.destroy_process_group(g)
     if rank == 0 and args.json:
         write_json(args.json, metadata({"dtype": args.dtype, "device": args.device, "rounds": args.rounds}), records)
