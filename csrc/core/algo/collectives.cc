@@ -103,6 +103,20 @@ bool wirePairwise(const Communicator& comm) {
   return how == "pairwise" || (how == "auto" && comm.size() >= 8);
 }
 
+// Submits the 16-bit-wire entry MCCL_WIRE_REDUCE picks (ring or pairwise)
+// for `o`, in place of the algorithm the table would choose.
+template <typename O>
+std::shared_ptr<Work> runWire(Communicator& comm, OpSignature sig, size_t bytes, const O& o,
+                              kernels::WireDtype w, Task (*ring)(OpContext&, O, kernels::WireDtype),
+                              Task (*pairwise)(OpContext&, O, kernels::WireDtype)) {
+  sig.algo = Algo::kRing;
+  const bool pw = wirePairwise(comm);
+  const auto entry = pw ? pairwise : ring;
+  return comm.submit(sig, o.timeout, [o, w, entry](OpContext& ctx) { return entry(ctx, o, w); },
+                     strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), pw ? " pairwise" : " ring"),
+                     small(comm, bytes));
+}
+
 }  // namespace
 
 std::string rootRefusal(int size, int64_t root) {
@@ -126,17 +140,7 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   OpSignature sig = signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count);
   kernels::WireDtype w;
   if (wireApplies(comm, OpKind::kAllreduce, o.dtype, o.op, bytes, &w)) {
-    sig.algo = Algo::kRing;
-    if (wirePairwise(comm)) {
-      return comm.submit(sig, o.timeout,
-                         [o, w](OpContext& ctx) { return algo::allreducePairwiseWire(ctx, o, w); },
-                         strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " pairwise"),
-                         small(comm, bytes));
-    }
-    return comm.submit(sig, o.timeout,
-                       [o, w](OpContext& ctx) { return algo::allreduceRingWire(ctx, o, w); },
-                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " ring"),
-                       small(comm, bytes));
+    return runWire(comm, sig, bytes, o, w, algo::allreduceRingWire, algo::allreducePairwiseWire);
   }
   return run(comm, sig, bytes, o);
 }
@@ -175,17 +179,7 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   OpSignature sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count);
   kernels::WireDtype w;
   if (wireApplies(comm, OpKind::kReduceScatter, o.dtype, o.op, bytes * static_cast<size_t>(comm.size()), &w)) {
-    sig.algo = Algo::kRing;
-    if (wirePairwise(comm)) {
-      return comm.submit(sig, o.timeout,
-                         [o, w](OpContext& ctx) { return algo::reduceScatterPairwiseWire(ctx, o, w); },
-                         strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " pairwise"),
-                         small(comm, bytes));
-    }
-    return comm.submit(sig, o.timeout,
-                       [o, w](OpContext& ctx) { return algo::reduceScatterRingWire(ctx, o, w); },
-                       strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), " ring"),
-                       small(comm, bytes));
+    return runWire(comm, sig, bytes, o, w, algo::reduceScatterRingWire, algo::reduceScatterPairwiseWire);
   }
   return run(comm, sig, bytes, o);
 }
