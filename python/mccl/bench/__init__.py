@@ -46,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("-b", "--min-bytes", default="8", help="smallest size (e.g. 8, 64K)")
         p.add_argument("-e", "--max-bytes", default="64M", help="largest size")
         p.add_argument("-f", "--factor", type=int, default=4, help="size multiplier between rows")
+        p.add_argument("--sizes", default="", help="comma list of sizes (e.g. 8,64K,1M,64M) instead of -b/-e/-f")
         p.add_argument("--dtype", default="float32")
         p.add_argument("--vs", choices=["gloo", "none"], default="gloo", help="compare with Gloo in the same run")
         p.add_argument("--wire-security", default="",
@@ -143,7 +144,12 @@ def _worker(args) -> int:
     tune_file = os.environ.get("MCCL_TUNE_FILE")
     if getattr(args, "tune", False) and tune_file and not os.path.exists(tune_file):
         del os.environ["MCCL_TUNE_FILE"]  # --tune creates it; groups start from the defaults
-    dist.init_process_group("mccl")
+    sweep = args.mode in (None, "collectives") and not getattr(args, "tune", False)
+    if sweep:
+        from . import startup
+        init_span, first_span = startup.timed_init(lambda: dist.init_process_group("mccl"))
+    else:
+        dist.init_process_group("mccl")
     if tune_file:
         os.environ["MCCL_TUNE_FILE"] = tune_file
     try:
@@ -158,6 +164,7 @@ def _worker(args) -> int:
             tune.run(args)
         else:
             from . import collectives
+            args.startup = startup.report(init_span, first_span) if args.vs == "gloo" else None
             records = collectives.run(args)
             if args.plot and dist.get_rank() == 0:
                 from .plot import plot
@@ -176,7 +183,11 @@ def main(argv=None) -> int:
         bad = [o for o in args.ops if o not in OPS]
         if bad:
             parser().error(f"unknown ops {bad}; choose from {OPS}")
-        args.sizes = sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor)
+        try:
+            args.sizes = ([parse_size(x) for x in args.sizes.split(",")] if args.sizes
+                          else sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor))
+        except ValueError as e:
+            parser().error(str(e))
         args.vs = None if args.vs == "none" else args.vs
     if args.mode == "scaling":
         from . import scaling

@@ -146,13 +146,22 @@ def run(args) -> list[dict]:
         if rank == 0:
             _row(row, list(groups))
         prog.step(f"{op} {fmt_size(size)}")
+    extra = {"dtype": args.dtype, "device": args.device, "rounds": args.rounds}
+    if getattr(args, "startup", None):
+        from .startup import _max_over_ranks, resources
+        extra["startup"] = dict(args.startup, resources_after_sweep_max=_max_over_ranks(resources()))
+        if rank == 0:
+            r = extra["startup"]["resources_after_sweep_max"]
+            print(f"# per rank after the sweep (largest over ranks, Gloo's group included): {r['threads']:.0f} "
+                  f"threads, {r['sockets']:.0f} sockets, {r['rss_MB']:.0f} MB resident, "
+                  f"peak {r['hwm_MB']:.0f} MB", flush=True)
     if "gloo" in groups:
         destroy_gloo(groups["gloo"])
     for name, g in groups.items():
         if name.startswith("mccl+") and g is not dist.group.WORLD:
             dist.destroy_process_group(g)
     if rank == 0 and args.json:
-        write_json(args.json, metadata({"dtype": args.dtype, "device": args.device, "rounds": args.rounds}), records)
+        write_json(args.json, metadata(extra), records)
         print(f"# wrote {args.json}", flush=True)
     return records
 

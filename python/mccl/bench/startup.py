@@ -1,0 +1,109 @@
+"""Start-up cost and per-rank resources, for the collective sweep.
+
+Start-up is measured from the moment the *last* rank calls
+``init_process_group`` to the moment the last rank returns from it (ranks
+on one machine or one network lab share a clock): ranks launched late do
+not count against the backend. The first collective (an 8-byte all_reduce,
+which may open connections lazily) is timed the same way. Gloo's figures
+come from ``new_group(backend="gloo")`` over the same ranks, started
+together after a barrier, beside ``new_group(backend="mccl")`` timed the same
+way. init_process_group includes torch's TCPStore rendezvous: a client that
+arrived before the store's server retries on a back-off, which can add
+hundreds of milliseconds that no backend controls; new_group shows the
+backend's own bootstrap.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def _span(starts_ends: tuple[float, float], group=None) -> float:
+    """Seconds from the last start to the last end over the group."""
+    t = torch.tensor([starts_ends[0], starts_ends[1]], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t[1] - t[0])
+
+
+def timed_init(init) -> tuple[float, float]:
+    """Runs init() (which creates the default group) and then an 8-byte
+    all_reduce; returns the wall-clock times (start, end) of each, this
+    rank's, to be reduced with report_init once a group exists."""
+    t0 = time.time()
+    init()
+    t1 = time.time()
+    dist.all_reduce(torch.zeros(2, dtype=torch.float32))
+    t2 = time.time()
+    return (t0, t1), (t1, t2)
+
+
+def resources() -> dict:
+    """This process's threads, sockets, and resident memory (Linux /proc)."""
+    out = {"threads": 0, "sockets": 0, "rss_MB": 0.0, "hwm_MB": 0.0}
+    try:
+        out["threads"] = len(os.listdir("/proc/self/task"))
+        fds = os.listdir("/proc/self/fd")
+        socks = 0
+        for fd in fds:
+            try:
+                socks += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+            except OSError:
+                pass
+        out["sockets"] = socks
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    out["rss_MB"] = int(line.split()[1]) / 1024
+                elif line.startswith("VmHWM:"):
+                    out["hwm_MB"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass  # not Linux: zeros, reported as such
+    return out
+
+
+def _max_over_ranks(d: dict) -> dict:
+    keys = sorted(d)
+    t = torch.tensor([float(d[k]) for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return {k: float(v) for k, v in zip(keys, t.tolist())}
+
+
+def report(init_span, first_span) -> dict:
+    """Reduces the start-up spans over all ranks, times Gloo's group
+    creation and first all_reduce likewise, and gathers the largest per-rank
+    resources; rank 0 prints one block. Every rank must call it."""
+    out = {"mccl_init_s": _span(init_span), "mccl_first_allreduce_s": _span(first_span)}
+    out["mccl_resources_max"] = _max_over_ranks(resources())
+    dist.barrier()
+    t0 = time.time()
+    g = dist.new_group(backend="mccl")
+    t1 = time.time()
+    dist.all_reduce(torch.zeros(2, dtype=torch.float32), group=g)
+    t2 = time.time()
+    out["mccl_new_group_s"] = _span((t0, t1))
+    out["mccl_new_group_first_allreduce_s"] = _span((t1, t2))
+    dist.destroy_process_group(g)
+    dist.barrier()
+    t0 = time.time()
+    g = dist.new_group(backend="gloo")
+    t1 = time.time()
+    dist.all_reduce(torch.zeros(2, dtype=torch.float32), group=g)
+    t2 = time.time()
+    out["gloo_new_group_s"] = _span((t0, t1))
+    out["gloo_first_allreduce_s"] = _span((t1, t2))
+    from .common import destroy_gloo
+    destroy_gloo(g)
+    if dist.get_rank() == 0:
+        r = out["mccl_resources_max"]
+        print(f"# start-up, {dist.get_world_size()} ranks (last rank's call to last return): "
+              f"mccl init_process_group {out['mccl_init_s'] * 1e3:.0f} ms, first all_reduce "
+              f"{out['mccl_first_allreduce_s'] * 1e3:.1f} ms; mccl new_group {out['mccl_new_group_s'] * 1e3:.0f} ms, "
+              f"first all_reduce {out['mccl_new_group_first_allreduce_s'] * 1e3:.1f} ms; gloo new_group {out['gloo_new_group_s'] * 1e3:.0f} ms, "
+              f"first all_reduce {out['gloo_first_allreduce_s'] * 1e3:.1f} ms", flush=True)
+        print(f"# per rank after start-up (largest over ranks): {r['threads']:.0f} threads, "
+              f"{r['sockets']:.0f} sockets, {r['rss_MB']:.0f} MB resident", flush=True)
+    return out
