@@ -42,6 +42,30 @@ SUBNET = "198.18.0"  # hosts are 198.18.0.1 .. 198.18.0.N (/24)
 MAX_HOSTS = 200
 
 
+NEIGH = "/proc/sys/net/ipv4/neigh/default/gc_thresh{}"
+
+
+def _neighbour_room(n: int) -> None:
+    """Makes the kernel's ARP table hold a full mesh of n hosts. The table
+    and its limits are shared by every network namespace, and a full mesh
+    needs n(n-1) entries: past gc_thresh3 (1024 by default, so beyond 32
+    hosts) new neighbours fail with "No route to host". Raises the three
+    thresholds (never lowers them); they are host-wide settings."""
+    need = n * (n - 1) + 256
+    want = {1: need, 2: 2 * need, 3: 4 * need}
+    for k in (3, 2, 1):  # thresh3 first: the kernel keeps 1 <= 2 <= 3
+        try:
+            with open(NEIGH.format(k)) as f:
+                have = int(f.read().split()[0])
+            if have < want[k]:
+                with open(NEIGH.format(k), "w") as f:
+                    f.write(str(want[k]))
+        except (OSError, ValueError) as e:
+            if need > 1024:
+                raise LabError(f"a {n}-host lab needs the ARP table's gc_thresh{k} at {want[k]} or more "
+                               f"({NEIGH.format(k)}): {e}") from None
+
+
 class LabError(RuntimeError):
     """A lab operation failed; the message says which command and why."""
 
@@ -102,6 +126,7 @@ class Lab:
         if not name.isalnum() or len(name) > 8:
             raise LabError(f"lab name {name!r} must be 1-8 letters or digits (interface names are short)")
         _cleanup(name)
+        _neighbour_room(n)
         lab = cls(name=name, rate=rate, bridge=f"{name}-br", delay=delay, loss=loss,
                   autocorking=autocorking)
         try:
