@@ -54,10 +54,10 @@ def parser() -> argparse.ArgumentParser:
                             "integrity, encrypt), interleaved with the unprotected one in the same run")
         p.add_argument("--wire-dtype", default="",
                        help="also time mccl groups with these MCCL_WIRE_DTYPE values (comma list of bf16, "
-                            "fp16), interleaved with the float32 one; busbw counts float32 bytes")
-        p.add_argument("--int8", action="store_true",
-                       help="also time mccl.hooks.int8_allreduce (1-byte values, per-block scales) beside "
-                            "the float32 all_reduce; busbw counts float32 bytes")
+                            "fp16, int8), interleaved with the float32 one; busbw counts float32 bytes")
+        p.add_argument("--bf16-hook", action="store_true",
+                       help="also time Gloo the way PyTorch's bf16_compress_hook uses it (a bfloat16 copy "
+                            "divided by the world size, all-reduced, copied back); all_reduce only")
         p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median reported)")
         p.add_argument("--target", type=float, default=0.25, help="seconds per timed round")
         p.add_argument("--min-iters", type=int, default=3)
