@@ -14,6 +14,7 @@
 #include "algo/registry.h"
 #include "comm/cost_model.h"
 #include "reduce/parallel.h"
+#include "reduce/wire_int8.h"
 #include "util/dtype.h"
 #include "util/params.h"
 
@@ -72,6 +73,26 @@ PYBIND11_MODULE(_C, m) {
       },
       "Queues a 'kernel' on the fake device's caller stream that fills `t` with `value` after "
       "`delay_us` (tests: an op must see the value, however late)");
+
+  m.def(
+      "_int8_round_trip",
+      [](const at::Tensor& t) {
+        TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(),
+                    "mccl._C._int8_round_trip: a contiguous float32 CPU tensor, not ", t.toString(), " ",
+                    t.sizes());
+        at::Tensor out = at::empty_like(t);
+        const auto n = static_cast<size_t>(t.numel());
+        {
+          py::gil_scoped_release release;
+          std::vector<uint8_t> wire(mccl::kernels::int8WireBytes(n));
+          mccl::kernels::toInt8Wire(wire.data(), t.data_ptr<float>(), n);
+          mccl::kernels::fromInt8Wire(out.data_ptr<float>(), wire.data(), n);
+        }
+        return out;
+      },
+      "What the int8 wire delivers of `t` as one rank's contribution to an all_reduce: its values "
+      "encoded (a scale per group of 256, counted from element 0) and decoded; error feedback "
+      "keeps t minus this");
 
   // c10d's ops have no MPS kernels in PyTorch: MCCL's boxed ones serve them.
   mccl::torch_adapter::registerMpsKernels();

@@ -11,21 +11,23 @@ refused, naming the setting).
 
 from __future__ import annotations
 
-WIRE_DTYPES = ("fp32", "bf16", "fp16")
+WIRE_DTYPES = ("fp32", "bf16", "fp16", "int8")
 WIRE_REDUCES = ("auto", "ring", "pairwise")
 
 
 class Options:
     """A group's own settings.
 
-    wire_dtype: ``"fp32"``, ``"bf16"`` or ``"fp16"``: the dtype float32 SUM and
-        AVG all_reduce and reduce_scatter send their partial sums in
-        (``MCCL_WIRE_DTYPE``).
+    wire_dtype: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"``: the dtype
+        float32 SUM and AVG all_reduce and reduce_scatter send their data in
+        (``MCCL_WIRE_DTYPE``; int8: one byte per value and a float32 scale
+        per 256, always by pairwise exchange; see mccl.hooks.Int8State).
     wire_dtype_min_bytes: ops smaller than this keep float32 on the wire
         (``MCCL_WIRE_DTYPE_MIN_BYTES``; an int, or text such as ``"256K"``).
     wire_reduce: ``"ring"`` (fastest; the error grows with the group like
         ``bf16_compress_hook``'s), ``"pairwise"`` (each input rounded once: an
-        error flat in the group's size) or ``"auto"`` (``MCCL_WIRE_REDUCE``).
+        error flat in the group's size) or ``"auto"`` (``MCCL_WIRE_REDUCE``;
+        for bf16 and fp16).
     """
 
     def __init__(self, *, wire_dtype: str | None = None, wire_dtype_min_bytes: int | str | None = None,

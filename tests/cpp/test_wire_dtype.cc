@@ -298,7 +298,7 @@ TEST(WireDtype, SettingIsParsedStrictly) {
     c.validate();
     FAIL() << "MCCL_WIRE_DTYPE=bf8 was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MCCL_WIRE_DTYPE=bf8 is not one of fp32, bf16, fp16"),
+    EXPECT_NE(std::string(e.what()).find("MCCL_WIRE_DTYPE=bf8 is not one of fp32, bf16, fp16, int8"),
               std::string::npos) << e.what();
   }
   // A group's own values (mccl.Options): only the settings a group may choose.

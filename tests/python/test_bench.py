@@ -35,6 +35,42 @@ def test_collective_sweep_json_and_table(tmp_path):
     for r in rows:
         for b in ("mccl", "gloo"):
             assert r[b]["time_us"] > 0 and r[b]["busbw_GBps"] >= 0, r
+    # Start-up and per-rank resources, mccl beside Gloo.
+    st = data["meta"]["startup"]
+    for k in ("mccl_init_s", "mccl_first_allreduce_s", "mccl_new_group_s", "gloo_new_group_s"):
+        assert 0 < st[k] < 60, (k, st)
+    assert st["mccl_resources_max"]["threads"] >= 2 and st["mccl_resources_max"]["sockets"] >= 2, st
+    assert "# start-up, 3 ranks" in text and "threads" in text, text
+
+
+def test_wire_dtypes_beside_gloo_and_the_bf16_hook(tmp_path):
+    out = tmp_path / "w.json"
+    text = bench("--nproc", "3", "--ops", "all_reduce", "--sizes", "8,1M", "--rounds", "1", "--target", "0.005",
+                 "--wire-dtype", "bf16,int8", "--bf16-hook", "--json", str(out))
+    for label in ("bf16/fp32", "int8/fp32", "bf16/g+hook", "int8/g+hook"):
+        assert label in text, text
+    rows = json.loads(out.read_text())["results"]
+    assert [r["bytes"] for r in rows] == [8, 1 << 20]
+    for r in rows:
+        for b in ("mccl", "mccl+bf16", "mccl+int8", "gloo", "gloo+bf16hook"):
+            assert r[b]["busbw_GBps"] >= 0, r
+
+
+def test_wire_train_runs_every_configuration(tmp_path):
+    out = tmp_path / "t.json"
+    text = bench("wire-train", "--nproc", "2", "--preset", "tiny", "--steps", "3", "--warmup", "1",
+                 "--seeds", "0", "--emulate-ms", "0", "--json", str(out), timeout=600)
+    data = json.loads(out.read_text())
+    configs = {r["config"] for r in data["runs"]}
+    assert configs == {"mccl fp32", "mccl bf16 wire", "mccl int8 wire", "gloo", "gloo + bf16_compress_hook"}, text
+    fp32 = next(r for r in data["runs"] if r["config"] == "mccl fp32")
+    gloo = next(r for r in data["runs"] if r["config"] == "gloo")
+    assert len(fp32["losses"]) == 3
+    # Same seed, same data: float32 over mccl and over Gloo train alike.
+    assert abs(fp32["losses"][-1] - gloo["losses"][-1]) < 1e-4, (fp32["losses"], gloo["losses"])
+    for r in data["runs"]:
+        assert abs(r["losses"][-1] - fp32["losses"][-1]) < 0.05, (r["config"], r["losses"], fp32["losses"])
+    assert "max |dloss|" in text
 
 
 def test_memory_mode():

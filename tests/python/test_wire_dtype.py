@@ -33,4 +33,4 @@ def test_a_malformed_wire_dtype_fails_init_naming_it():
             "    print('ERROR', e)\n")
     out = subprocess.run([sys.executable, "-c", code], env={"MCCL_WIRE_DTYPE": "int4", "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=120)
-    assert "MCCL_WIRE_DTYPE=int4 is not one of fp32, bf16, fp16" in out.stdout + out.stderr, out
+    assert "MCCL_WIRE_DTYPE=int4 is not one of fp32, bf16, fp16, int8" in out.stdout + out.stderr, out

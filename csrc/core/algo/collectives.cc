@@ -105,11 +105,16 @@ bool wirePairwise(const Communicator& comm) {
 
 // Submits the 16-bit-wire entry MCCL_WIRE_REDUCE picks (ring or pairwise)
 // for `o`, in place of the algorithm the table would choose.
+// int8 has one entry, `int8`, whatever MCCL_WIRE_REDUCE says.
 template <typename O>
 std::shared_ptr<Work> runWire(Communicator& comm, OpSignature sig, size_t bytes, const O& o,
                               kernels::WireDtype w, Task (*ring)(OpContext&, O, kernels::WireDtype),
-                              Task (*pairwise)(OpContext&, O, kernels::WireDtype)) {
+                              Task (*pairwise)(OpContext&, O, kernels::WireDtype), Task (*int8)(OpContext&, O)) {
   sig.algo = Algo::kRing;
+  if (w == kernels::WireDtype::kInt8) {
+    return comm.submit(sig, o.timeout, [o, int8](OpContext& ctx) { return int8(ctx, o); },
+                       strCat(sig.describe(), " wire=int8 pairwise"), small(comm, bytes));
+  }
   const bool pw = wirePairwise(comm);
   const auto entry = pw ? pairwise : ring;
   return comm.submit(sig, o.timeout, [o, w, entry](OpContext& ctx) { return entry(ctx, o, w); },
@@ -140,7 +145,8 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   OpSignature sig = signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count);
   kernels::WireDtype w;
   if (wireApplies(comm, OpKind::kAllreduce, o.dtype, o.op, bytes, &w)) {
-    return runWire(comm, sig, bytes, o, w, algo::allreduceRingWire, algo::allreducePairwiseWire);
+    return runWire(comm, sig, bytes, o, w, algo::allreduceRingWire, algo::allreducePairwiseWire,
+                   algo::allreducePairwiseInt8);
   }
   return run(comm, sig, bytes, o);
 }
@@ -179,7 +185,8 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   OpSignature sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count);
   kernels::WireDtype w;
   if (wireApplies(comm, OpKind::kReduceScatter, o.dtype, o.op, bytes * static_cast<size_t>(comm.size()), &w)) {
-    return runWire(comm, sig, bytes, o, w, algo::reduceScatterRingWire, algo::reduceScatterPairwiseWire);
+    return runWire(comm, sig, bytes, o, w, algo::reduceScatterRingWire, algo::reduceScatterPairwiseWire,
+                   algo::reduceScatterPairwiseInt8);
   }
   return run(comm, sig, bytes, o);
 }

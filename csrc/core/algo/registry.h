@@ -36,6 +36,9 @@ Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w)
 Task allreducePairwiseWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w);
 Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w);
 Task reduceScatterPairwiseWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w);
+// The same on the int8 wire (reduce/wire_int8.h), by pairwise exchange only.
+Task allreducePairwiseInt8(OpContext& ctx, AllreduceOptions o);
+Task reduceScatterPairwiseInt8(OpContext& ctx, ReduceScatterOptions o);
 
 // An entry point: a coroutine that takes its options by value (it outlives
 // the call that starts it). The options type says which collective it runs.

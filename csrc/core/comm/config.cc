@@ -75,7 +75,7 @@ void CommConfig::validate() const {
   }
   kernels::WireDtype wd;
   MCCL_USAGE_CHECK(kernels::parseWireDtype(wireDtype, &wd), "MCCL_WIRE_DTYPE=", wireDtype,
-                   " is not one of fp32, bf16, fp16");
+                   " is not one of fp32, bf16, fp16, int8");
   params::checkRange(spec::wireDtypeMinBytes, wireDtypeMinBytes);
   MCCL_USAGE_CHECK(wireReduce == "ring" || wireReduce == "pairwise" || wireReduce == "auto",
                    "MCCL_WIRE_REDUCE=", wireReduce, " is not one of ring, pairwise, auto");
@@ -88,7 +88,7 @@ void CommConfig::applySetting(const std::string& env, const std::string& value) 
   if (env == spec::wireDtype.env) {
     kernels::WireDtype w;
     MCCL_USAGE_CHECK(kernels::parseWireDtype(value, &w), "mccl.Options: wire_dtype '", value,
-                     "' is not one of fp32, bf16, fp16");
+                     "' is not one of fp32, bf16, fp16, int8");
     wireDtype = value;
   } else if (env == spec::wireReduce.env) {
     MCCL_USAGE_CHECK(value == "ring" || value == "pairwise" || value == "auto", "mccl.Options: wire_reduce '",

@@ -83,12 +83,13 @@ const char* wireDtypeName(WireDtype w) {
     case WireDtype::kFp32: return "fp32";
     case WireDtype::kBf16: return "bf16";
     case WireDtype::kFp16: return "fp16";
+    case WireDtype::kInt8: return "int8";
   }
   return "?";
 }
 
 bool parseWireDtype(const std::string& name, WireDtype* out) {
-  for (WireDtype w : {WireDtype::kFp32, WireDtype::kBf16, WireDtype::kFp16}) {
+  for (WireDtype w : {WireDtype::kFp32, WireDtype::kBf16, WireDtype::kFp16, WireDtype::kInt8}) {
     if (name == wireDtypeName(w)) {
       *out = w;
       return true;

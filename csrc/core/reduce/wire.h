@@ -14,9 +14,11 @@
 
 namespace mccl::kernels {
 
-enum class WireDtype : uint8_t { kFp32, kBf16, kFp16 };
+// kInt8 is the int8 wire of reduce/wire_int8.h (its own functions); the
+// conversions below are for the 16-bit dtypes.
+enum class WireDtype : uint8_t { kFp32, kBf16, kFp16, kInt8 };
 
-// "fp32", "bf16", "fp16".
+// "fp32", "bf16", "fp16", "int8".
 const char* wireDtypeName(WireDtype w);
 // Parses a name above; false when it is none of them.
 bool parseWireDtype(const std::string& name, WireDtype* out);

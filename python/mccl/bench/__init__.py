@@ -6,6 +6,7 @@
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
     mccl-bench wire-accuracy --ns 2,8,24,200            # 16-bit wire error: mccl vs bf16_compress_hook
+    mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench scaling-report s1.json s2.json s3.json   # repeats of it: medians and ranges (--plot)
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
@@ -54,10 +55,10 @@ def parser() -> argparse.ArgumentParser:
                             "integrity, encrypt), interleaved with the unprotected one in the same run")
         p.add_argument("--wire-dtype", default="",
                        help="also time mccl groups with these MCCL_WIRE_DTYPE values (comma list of bf16, "
-                            "fp16), interleaved with the float32 one; busbw counts float32 bytes")
-        p.add_argument("--int8", action="store_true",
-                       help="also time mccl.hooks.int8_allreduce (1-byte values, per-block scales) beside "
-                            "the float32 all_reduce; busbw counts float32 bytes")
+                            "fp16, int8), interleaved with the float32 one; busbw counts float32 bytes")
+        p.add_argument("--bf16-hook", action="store_true",
+                       help="also time Gloo the way PyTorch's bf16_compress_hook uses it (a bfloat16 copy "
+                            "divided by the world size, all-reduced, copied back); all_reduce only")
         p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median reported)")
         p.add_argument("--target", type=float, default=0.25, help="seconds per timed round")
         p.add_argument("--min-iters", type=int, default=3)
@@ -125,6 +126,22 @@ def parser() -> argparse.ArgumentParser:
     wa.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate")
     wa.add_argument("--elements", type=int, default=1 << 20)
     wa.add_argument("--json")
+    wt = sub.add_parser("wire-train", help="ViT DDP with each wire compression: samples/s and loss curves")
+    wt.add_argument("--nproc", type=int, default=4)
+    wt.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
+    wt.add_argument("--configs", default=None,
+                    help="comma list from: mccl fp32, mccl bf16 wire, mccl fp16 wire, mccl int8 wire, gloo, "
+                         "gloo + bf16_compress_hook (default: all but fp16)")
+    wt.add_argument("--seeds", default="0,1,2", help="one run per configuration per seed")
+    wt.add_argument("--preset", default="small")
+    wt.add_argument("--batch", type=int, default=2)
+    wt.add_argument("--steps", type=int, default=40)
+    wt.add_argument("--warmup", type=int, default=2)
+    wt.add_argument("--emulate-ms", type=float, default=160.0)
+    wt.add_argument("--bucket-mb", type=float, default=2.0)
+    wt.add_argument("--timeout", type=float, default=1800)
+    wt.add_argument("--json")
+    wt.add_argument("--plot")
     m = sub.add_parser("memory", help="peak resident memory of one all_reduce")
     _common(m)
     m.add_argument("--size", default="256M")
@@ -204,6 +221,12 @@ def main(argv=None) -> int:
     if args.mode == "matmul":
         from . import matmul
         matmul.run(args)
+        return 0
+    if args.mode == "wire-train":
+        from . import wire_train
+        if args.configs is None:
+            args.configs = wire_train.DEFAULT
+        wire_train.run(args)
         return 0
     if args.mode == "wire-accuracy":
         from . import wire_accuracy

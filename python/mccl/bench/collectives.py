@@ -52,6 +52,17 @@ def _runner(op: str, b: dict, group, world: int, rank: int):
     raise ValueError(op)
 
 
+def _bf16_hook_runner(buf: torch.Tensor, group, world: int):
+    """torch.distributed.algorithms.ddp_comm_hooks.default_hooks.
+    bf16_compress_hook's work on one bucket: a bfloat16 copy divided by the
+    world size, all-reduced (summed in bfloat16 at every hop), copied back."""
+    def hook():
+        c = buf.to(torch.bfloat16).div_(world)
+        dist.all_reduce(c, group=group)
+        buf.copy_(c)
+    return hook
+
+
 def _sync():
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()  # device ops complete on the stream
@@ -95,15 +106,15 @@ def run(args) -> list[dict]:
         groups[f"mccl+{mode}"] = _group_with("MCCL_WIRE_SECURITY", mode)
     wire = [m for m in getattr(args, "wire_dtype", "").split(",") if m]
     for w in wire:
-        if w not in ("bf16", "fp16"):
-            raise SystemExit(f"mccl-bench: --wire-dtype takes bf16 and/or fp16, not {w!r}")
+        if w not in ("bf16", "fp16", "int8"):
+            raise SystemExit(f"mccl-bench: --wire-dtype takes bf16, fp16 and/or int8, not {w!r}")
         groups[f"mccl+{w}"] = _group_with("MCCL_WIRE_DTYPE", w)
-    if getattr(args, "int8", False):
-        if args.ops != ["all_reduce"]:
-            raise SystemExit("mccl-bench: --int8 times all_reduce only (--ops all_reduce)")
-        groups["mccl+int8"] = dist.group.WORLD  # mccl.hooks.int8_allreduce on the default group
     if args.vs == "gloo":
         groups["gloo"] = dist.new_group(backend="gloo")
+    if getattr(args, "bf16_hook", False):
+        if args.ops != ["all_reduce"] or args.vs != "gloo":
+            raise SystemExit("mccl-bench: --bf16-hook times all_reduce beside Gloo (--ops all_reduce --vs gloo)")
+        groups["gloo+bf16hook"] = groups["gloo"]
     dtype = getattr(torch, args.dtype)
     records = []
     plan = [(op, s) for op in args.ops for s in args.sizes]
@@ -124,9 +135,8 @@ def run(args) -> list[dict]:
         for name, g in groups.items():
             b = _buffers(op, size, world, rank, dtype, args.device)
             runners[name] = _runner(op, b, g, world, rank)
-            if name == "mccl+int8":
-                from ..hooks import int8_allreduce
-                runners[name] = lambda b=b: int8_allreduce(b["buf"])
+            if name == "gloo+bf16hook":
+                runners[name] = _bf16_hook_runner(b["buf"], g, world)
             # Warm up and pick an iteration count that fills ~target seconds.
             warm = _time(runners[name], 2, g)
             runners[name + ":iters"] = max(args.min_iters, min(args.max_iters, int(args.target / max(warm, 1e-6))))
@@ -176,6 +186,9 @@ def _ratios(names: list[str]) -> list[tuple[str, str, str]]:
             mode = n[5:]
             base = "off" if mode in ("integrity", "encrypt") else "fp32"
             out.append((f"{mode}/{base}", n, "mccl"))
+    if "gloo+bf16hook" in names:
+        out += [(f"{n[5:]}/g+hook", n, "gloo+bf16hook") for n in names
+                if n.startswith("mccl+") and n[5:] in ("bf16", "fp16", "int8")]
     return out
 
 

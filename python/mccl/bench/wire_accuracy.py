@@ -1,4 +1,5 @@
-"""Accuracy of a 16-bit wire: MCCL's (float32 accumulation, one rounding per
+"""Accuracy of a 16-bit wire (and of the int8 wire, one step without error
+feedback): MCCL's (float32 accumulation, one rounding per
 hop) against PyTorch's ``bf16_compress_hook`` (a bfloat16 all-reduce: the
 sum is rounded to bfloat16 at every hop), at the same bytes on the wire.
 
@@ -71,6 +72,29 @@ def mccl_wire(xs: list[torch.Tensor], wire: str, avg: bool = True) -> torch.Tens
     return out
 
 
+def mccl_int8(xs: list[torch.Tensor], avg: bool = True) -> torch.Tensor:
+    """MCCL_WIRE_DTYPE=int8 (allreduce_pairwise_int8.cc): the buffer's groups
+    of 256 split into n blocks; block b's owner starts from its own values'
+    round trip and adds, in float32 and in step order k = 1..n-1, rank
+    (b-k)'s; divides (AVG); encodes the result once. No error feedback."""
+    from mccl import _C
+
+    n, count = len(xs), xs[0].numel()
+    rt = [_C._int8_round_trip(x.contiguous()) for x in xs]
+    out = torch.empty_like(xs[0])
+    for b, (g0, glen) in enumerate(partition(-(-count // 256), n)):
+        off, end = g0 * 256, min((g0 + glen) * 256, count)
+        if end <= off:
+            continue
+        acc = rt[b][off:end].clone()
+        for k in range(1, n):
+            acc = acc + rt[(b - k) % n][off:end]
+        if avg:
+            acc = acc / n
+        out[off:end] = _C._int8_round_trip(acc.contiguous())
+    return out
+
+
 def bf16_hook_ring(xs: list[torch.Tensor]) -> torch.Tensor:
     """PyTorch's bf16_compress_hook: each rank's bfloat16(x) / n, then a ring
     sum whose partial sums are bfloat16 at every hop (same block order)."""
@@ -107,20 +131,21 @@ def run(args) -> list[dict]:
     rows = []
     print("# relative L2 error of the average against float64 (median |relative error| per element in brackets)")
     print(f"{'N':>5} {'mccl bf16 pairwise':>22} {'mccl fp16 pairwise':>22} {'mccl bf16 ring':>22} "
-          f"{'bf16_compress_hook':>22} {'hook / pairwise':>16} {'hook / ring':>12}")
+          f"{'bf16_compress_hook':>22} {'hook / pairwise':>16} {'hook / ring':>12} {'mccl int8':>22}")
     for n in ns:
         xs = gradients(n, count, seed=n)
         want = torch.stack([x.double() for x in xs]).mean(0)
         row = {"n": n, "elements": count}
         for name, got in (("mccl_bf16", mccl_wire(xs, "bf16")), ("mccl_fp16", mccl_wire(xs, "fp16")),
-                          ("mccl_bf16_ring", mccl_ring(xs, "bf16")), ("bf16_compress_hook", bf16_hook_ring(xs))):
+                          ("mccl_bf16_ring", mccl_ring(xs, "bf16")), ("bf16_compress_hook", bf16_hook_ring(xs)),
+                          ("mccl_int8", mccl_int8(xs))):
             row[name] = errors(got, want)
         rows.append(row)
         cell = lambda k: f"{row[k]['rel_l2']:.3e} ({row[k]['max_rel']:.1e})"  # noqa: E731
         hook = row['bf16_compress_hook']['rel_l2']
         print(f"{n:>5} {cell('mccl_bf16'):>22} {cell('mccl_fp16'):>22} {cell('mccl_bf16_ring'):>22} "
               f"{cell('bf16_compress_hook'):>22} {hook / row['mccl_bf16']['rel_l2']:>15.2f}x "
-              f"{hook / row['mccl_bf16_ring']['rel_l2']:>11.2f}x", flush=True)
+              f"{hook / row['mccl_bf16_ring']['rel_l2']:>11.2f}x {cell('mccl_int8'):>22}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -42,6 +42,41 @@ PRESETS = {
 }
 
 
+HOOKS = ("none", "wire-bf16", "wire-fp16", "int8", "bf16-compress")
+
+
+def register_hook(ddp, name: str) -> None:
+    """Registers the --comm-hook `name` on `ddp` (every rank, collectively)."""
+    if name == "none":
+        return
+    if name == "bf16-compress":
+        ddp.register_comm_hook(None, bf16_compress_like_hook)
+        return
+    import mccl.hooks
+    if name == "int8":
+        ddp.register_comm_hook(mccl.hooks.Int8State(), mccl.hooks.int8_allreduce_hook)
+    else:
+        ddp.register_comm_hook(mccl.hooks.wire_group(name[5:]), mccl.hooks.wire_allreduce_hook)
+
+
+def bf16_compress_like_hook(process_group, bucket):  # (no annotation: DDP checks a real one)
+    """What PyTorch's ddp_comm_hooks.default_hooks.bf16_compress_hook does
+    (a bfloat16 copy of the bucket divided by the world size, all-reduced,
+    copied back), for any backend and device: DDP refuses to register a hook
+    by that name unless CUDA and NCCL (or XPU and XCCL) are present, so not
+    on a CPU host nor on a Mac."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size(group))
+    fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+
+    def decompress(fut):
+        buffer.copy_(fut.value()[0])
+        return buffer
+
+    return fut.then(decompress)
+
+
 class _DeviceTime(torch.autograd.Function):
     """Identity whose forward and backward each take a fixed time (sleeping,
     so the host's cores stay free): an emulated accelerator's compute."""
@@ -132,6 +167,13 @@ def parse(argv=None):
                          "the emulated device's, and ranks sharing a host's cores (network lab) do not "
                          "slow each other down")
     ap.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    ap.add_argument("--comm-hook", default="none", choices=sorted(HOOKS),
+                    help="DDP communication hook: wire-bf16/wire-fp16 (mccl.hooks.wire_allreduce_hook on a "
+                         "16-bit-wire group), int8 (mccl.hooks.int8_allreduce_hook), bf16-compress "
+                         "(PyTorch's bf16_compress_hook, any backend)")
+    ap.add_argument("--seed", type=int, default=0, help="initial weights and data")
+    ap.add_argument("--loss-curve", action="store_true",
+                    help="record every timed step's loss, averaged over the ranks (one extra all-reduce)")
     return ap.parse_args(argv)
 
 
@@ -155,7 +197,7 @@ def main(argv=None) -> int:
     else:
         dev = torch.device(args.device)
 
-    torch.manual_seed(0)  # same initial weights everywhere
+    torch.manual_seed(args.seed)  # same initial weights everywhere
     model = build(args.preset).to(dev)
     model.emulate_s = args.emulate_ms / 1000.0
     nparams = sum(p.numel() for p in model.parameters())
@@ -178,13 +220,16 @@ def main(argv=None) -> int:
         fully_shard(model, mesh=mesh)
     elif distributed and world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+        register_hook(ddp, args.comm_hook)
+    if args.comm_hook != "none" and ddp is model:
+        raise SystemExit(f"--comm-hook {args.comm_hook}: DDP over 2 or more ranks only")
     trace = None
     if args.trace_buckets and ddp is not model:
         from .bucket_trace import BucketTrace
         trace = BucketTrace(ddp)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     image = PRESETS[args.preset][5]
-    gen = torch.Generator().manual_seed(1000 + rank)
+    gen = torch.Generator().manual_seed(1000 + rank + 7919 * args.seed)
     data = [(torch.randn(args.batch, 3, image, image, generator=gen).to(dev),
              torch.randint(0, PRESETS[args.preset][6], (args.batch,), generator=gen).to(dev))
             for _ in range(4)]
@@ -222,6 +267,12 @@ def main(argv=None) -> int:
         loss = None
         for i in range(n):
             loss = step(i, sync_grads)
+            if curve is not None and sync_grads:
+                mean = loss.detach().float().reshape(1).cpu()
+                if distributed:
+                    dist.all_reduce(mean)
+                    mean /= world
+                curve.append(float(mean.item()))
             if rank == 0 and not args.quiet:
                 done = i + 1
                 bar = "#" * (20 * done // n)
@@ -232,6 +283,7 @@ def main(argv=None) -> int:
             print(flush=True)
         return dt / n, float(loss.item())
 
+    curve = [] if args.loss_curve else None
     step_s, loss = timed(args.steps)
     buckets = None
     if trace:
@@ -242,7 +294,10 @@ def main(argv=None) -> int:
               "backend": args.backend if distributed else "none", "device": str(dev),
               "batch_per_rank": args.batch, "bf16": args.bf16, "emulate_ms": args.emulate_ms,
               "bucket_mb": args.bucket_mb, "fsdp": args.fsdp and distributed and world > 1, "step_s": step_s,
-              "samples_per_s": world * args.batch / step_s, "final_loss": loss}
+              "samples_per_s": world * args.batch / step_s, "final_loss": loss,
+              "comm_hook": args.comm_hook, "seed": args.seed}
+    if curve is not None:
+        result["losses"] = curve
     if buckets:
         result["bucket_trace"] = buckets
     if args.measure_overlap and ddp is not model:  # (DDP only: FSDP's all-gathers cannot be skipped)

@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from common import done, init
 import mccl
-from mccl.bench.wire_accuracy import gradients, mccl_ring, mccl_wire
+from mccl.bench.wire_accuracy import gradients, mccl_int8, mccl_ring, mccl_wire
 
 rank, world = init()
 for wire, reduce, simulate in (("bf16", "pairwise", mccl_wire), ("fp16", "pairwise", mccl_wire),
@@ -23,4 +23,14 @@ for wire, reduce, simulate in (("bf16", "pairwise", mccl_wire), ("fp16", "pairwi
             assert torch.equal(x.view(torch.int32), want.view(torch.int32)), (
                 wire, reduce, count, avg, (x - want).abs().max().item())
     dist.destroy_process_group(g)
+g = dist.new_group(backend="mccl", pg_options=mccl.Options(wire_dtype="int8", wire_dtype_min_bytes=0))
+for count in (1, 13, 1031, 65537, 100003):
+    for avg in (False, True):
+        xs = gradients(world, count, seed=count)
+        x = xs[rank].clone()
+        dist.all_reduce(x, op=dist.ReduceOp.AVG if avg else dist.ReduceOp.SUM, group=g)
+        want = mccl_int8(xs, avg=avg)
+        assert torch.equal(x.view(torch.int32), want.view(torch.int32)), (
+            "int8", count, avg, (x - want).abs().max().item())
+dist.destroy_process_group(g)
 done()
