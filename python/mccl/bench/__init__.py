@@ -164,7 +164,7 @@ def _worker(args) -> int:
     sweep = args.mode in (None, "collectives") and not getattr(args, "tune", False)
     if sweep:
         from . import startup
-        init_span, first_span = startup.timed_init(lambda: dist.init_process_group("mccl"))
+        spans = startup.timed_init("mccl")
     else:
         dist.init_process_group("mccl")
     if tune_file:
@@ -181,7 +181,7 @@ def _worker(args) -> int:
             tune.run(args)
         else:
             from . import collectives
-            args.startup = startup.report(init_span, first_span) if args.vs == "gloo" else None
+            args.startup = startup.report(*spans) if args.vs == "gloo" else None
             records = collectives.run(args)
             if args.plot and dist.get_rank() == 0:
                 from .plot import plot

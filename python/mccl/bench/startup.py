@@ -7,10 +7,10 @@ not count against the backend. The first collective (an 8-byte all_reduce,
 which may open connections lazily) is timed the same way. Gloo's figures
 come from ``new_group(backend="gloo")`` over the same ranks, started
 together after a barrier, beside ``new_group(backend="mccl")`` timed the same
-way. init_process_group includes torch's TCPStore rendezvous: a client that
-arrived before the store's server retries on a back-off, which can add
-hundreds of milliseconds that no backend controls; new_group shows the
-backend's own bootstrap.
+way. The TCPStore rendezvous (every rank connected to rank 0's store) is
+timed apart, before init_process_group: a client that arrives before the
+store's server retries on a back-off, which can add hundreds of milliseconds
+that no backend controls (under torchrun the agent's store exists already).
 """
 
 from __future__ import annotations
@@ -29,16 +29,33 @@ def _span(starts_ends: tuple[float, float], group=None) -> float:
     return float(t[1] - t[0])
 
 
-def timed_init(init) -> tuple[float, float]:
-    """Runs init() (which creates the default group) and then an 8-byte
-    all_reduce; returns the wall-clock times (start, end) of each, this
-    rank's, to be reduced with report_init once a group exists."""
+def timed_init(backend: str = "mccl"):
+    """Creates the default group and runs an 8-byte all_reduce; returns this
+    rank's wall-clock (start, end) of the rendezvous, of init_process_group
+    and of the all_reduce, to be reduced with report() once a group exists.
+
+    Where the launcher did not create the store (torchrun's agent does:
+    TORCHELASTIC_USE_AGENT_STORE), this rank creates the TCPStore itself and
+    waits until every rank has reached it (the rendezvous), so that
+    init_process_group is then timed from ranks that all start together; a
+    late rank's launch does not count against it."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     t0 = time.time()
-    init()
+    kw = {}
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        from datetime import timedelta
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                              is_master=rank == 0, timeout=timedelta(seconds=600), wait_for_workers=False)
+        store.add("mccl-bench/arrived", 1)
+        while store.add("mccl-bench/arrived", 0) < world:
+            time.sleep(0.001)
+        kw = {"store": store, "rank": rank, "world_size": world}
     t1 = time.time()
-    dist.all_reduce(torch.zeros(2, dtype=torch.float32))
+    dist.init_process_group(backend, **kw)
     t2 = time.time()
-    return (t0, t1), (t1, t2)
+    dist.all_reduce(torch.zeros(2, dtype=torch.float32))
+    t3 = time.time()
+    return (t0, t1), (t1, t2), (t2, t3)
 
 
 def resources() -> dict:
@@ -72,11 +89,12 @@ def _max_over_ranks(d: dict) -> dict:
     return {k: float(v) for k, v in zip(keys, t.tolist())}
 
 
-def report(init_span, first_span) -> dict:
+def report(rendezvous_span, init_span, first_span) -> dict:
     """Reduces the start-up spans over all ranks, times Gloo's group
     creation and first all_reduce likewise, and gathers the largest per-rank
     resources; rank 0 prints one block. Every rank must call it."""
-    out = {"mccl_init_s": _span(init_span), "mccl_first_allreduce_s": _span(first_span)}
+    out = {"rendezvous_s": _span(rendezvous_span), "mccl_init_s": _span(init_span),
+           "mccl_first_allreduce_s": _span(first_span)}
     out["mccl_resources_max"] = _max_over_ranks(resources())
     dist.barrier()
     t0 = time.time()
@@ -99,8 +117,8 @@ def report(init_span, first_span) -> dict:
     destroy_gloo(g)
     if dist.get_rank() == 0:
         r = out["mccl_resources_max"]
-        print(f"# start-up, {dist.get_world_size()} ranks (last rank's call to last return): "
-              f"mccl init_process_group {out['mccl_init_s'] * 1e3:.0f} ms, first all_reduce "
+        print(f"# start-up, {dist.get_world_size()} ranks (last rank's call to last return): TCPStore "
+              f"rendezvous {out['rendezvous_s'] * 1e3:.0f} ms; mccl init_process_group {out['mccl_init_s'] * 1e3:.0f} ms, first all_reduce "
               f"{out['mccl_first_allreduce_s'] * 1e3:.1f} ms; mccl new_group {out['mccl_new_group_s'] * 1e3:.0f} ms, "
               f"first all_reduce {out['mccl_new_group_first_allreduce_s'] * 1e3:.1f} ms; gloo new_group {out['gloo_new_group_s'] * 1e3:.0f} ms, "
               f"first all_reduce {out['gloo_first_allreduce_s'] * 1e3:.1f} ms", flush=True)

@@ -118,17 +118,23 @@ def _plot(out: dict, path: str) -> None:
     except ImportError as e:
         raise SystemExit("--plot needs matplotlib: pip install matplotlib") from e
     seeds = out["seeds"]
-    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds), 3.6), squeeze=False)
-    for ax, seed in zip(axes[0], seeds):
+    fig, axes = plt.subplots(2, len(seeds), figsize=(4.2 * len(seeds), 6.4), squeeze=False, sharex=True)
+    for col, seed in enumerate(seeds):
+        ref = next(r["losses"] for r in out["runs"] if r["seed"] == seed and r["config"] == "mccl fp32")
         for r in out["runs"]:
-            if r["seed"] == seed:
-                ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=r["config"],
-                        linewidth=2.2 if r["config"] == "mccl fp32" else 1.1)
-        ax.set_xlabel("step")
-        ax.set_ylabel("training loss (mean over ranks)")
-        ax.set_title(f"seed {seed}")
-        ax.grid(True, alpha=0.3)
+            if r["seed"] != seed:
+                continue
+            steps = range(1, len(r["losses"]) + 1)
+            width = 2.2 if r["config"] == "mccl fp32" else 1.1
+            axes[0][col].plot(steps, r["losses"], label=r["config"], linewidth=width)
+            axes[1][col].plot(steps, [a - b for a, b in zip(r["losses"], ref)], label=r["config"], linewidth=width)
+        axes[0][col].set_title(f"seed {seed}")
+        axes[0][col].set_ylabel("training loss (mean over ranks)")
+        axes[1][col].set_ylabel("loss minus mccl fp32's")
+        axes[1][col].set_xlabel("step")
+        for a in (axes[0][col], axes[1][col]):
+            a.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"ViT {out['preset']}, {out['world']} ranks: loss with each wire")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
