@@ -154,7 +154,9 @@ TEST(Int8Wire, AllreduceIsBitIdenticalAndWithinHalfAStepPerInput) {
           ASSERT_LE(err, bound * (1 + 1e-6)) << what << " at " << i;
           worst = std::max(worst, err);
         }
-        if (count >= 257) EXPECT_GT(worst, 0.0) << what << ": nothing was quantized";
+        if (count >= 257) {
+          EXPECT_GT(worst, 0.0) << what << ": nothing was quantized";
+        }
       }
     }
   }

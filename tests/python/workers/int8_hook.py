@@ -40,6 +40,17 @@ for count in (0, 1, 13, 1031, 65537):
     if count > 256:
         assert rel > 0, f"count {count}: nothing was quantized"
 
+# reduce_scatter on the int8 wire: each rank's output block within the
+# encoding's error of the float64 sum (the owner's own input exact).
+for count in (1, 13, 1031):
+    g = torch.Generator().manual_seed(50 + count)
+    xs = [torch.randn(world * count, generator=g) * (1 + r) for r in range(world)]
+    out = torch.empty(count)
+    dist.reduce_scatter_tensor(out, xs[rank].clone(), group=int8)
+    want = torch.stack([x.double() for x in xs]).sum(0)[rank * count:(rank + 1) * count]
+    rel = ((out.double() - want).norm() / want.norm()).item()
+    assert rel < 1e-2, ("reduce_scatter", count, rel)
+
 # One rank's contribution is exactly int8_round_trip: only rank 0 sends
 # values, the others zeros, and the sum (re-encoded once more for the
 # all-gather, which leaves encoded values as they are) is its round trip.
