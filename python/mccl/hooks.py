@@ -53,6 +53,13 @@ class Int8State:
     it (it makes a group)."""
 
     def __init__(self, process_group=None):
+        import os
+        forced = [a for a in os.environ.get("MCCL_ALGO", "").split(",") if a.strip().startswith("allreduce=")]
+        if forced:
+            # A forced all-reduce algorithm turns the wire dtype off; the
+            # residuals would then be sent twice (once in full, once fed back).
+            raise ValueError(f"mccl.hooks.Int8State: MCCL_ALGO={os.environ['MCCL_ALGO']} forces the all_reduce "
+                             "algorithm, which turns the int8 wire off; unset its allreduce= entry")
         self.process_group = wire_group("int8", process_group, min_bytes=0)
         self.world_size = dist.get_world_size(self.process_group)
         self.residuals: dict[int, torch.Tensor] = {}

@@ -34,3 +34,12 @@ def test_a_malformed_wire_dtype_fails_init_naming_it():
     out = subprocess.run([sys.executable, "-c", code], env={"MCCL_WIRE_DTYPE": "int4", "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=120)
     assert "MCCL_WIRE_DTYPE=int4 is not one of fp32, bf16, fp16, int8" in out.stdout + out.stderr, out
+
+
+def test_int8_state_refuses_a_forced_allreduce(monkeypatch):
+    # A forced algorithm turns the wire off: error feedback would then send
+    # every residual twice.
+    import mccl.hooks
+    monkeypatch.setenv("MCCL_ALGO", "broadcast=binomial,allreduce=ring")
+    with pytest.raises(ValueError, match="turns the int8 wire off"):
+        mccl.hooks.Int8State()
