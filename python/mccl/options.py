@@ -19,7 +19,8 @@ class Options:
     """A group's own settings.
 
     wire_dtype: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"``: the dtype
-        float32 SUM and AVG all_reduce and reduce_scatter send their data in
+        float32 and float64 SUM and AVG all_reduce and reduce_scatter send
+        their data in
         (``MCCL_WIRE_DTYPE``; int8: one byte per value and a float32 scale
         per 256, always by pairwise exchange; see mccl.hooks.Int8State).
     wire_dtype_min_bytes: ops smaller than this keep float32 on the wire

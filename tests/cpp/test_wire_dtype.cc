@@ -291,6 +291,64 @@ TEST(WireDtype, Fp16SaturatesInsteadOfOverflowing) {
   EXPECT_GT(kernels::saturations(), before);
 }
 
+// float64 travels the same wires (through float32) and is accumulated in
+// float64: bit-identical on every rank, within the wire's bound, and not the
+// exact sum (it did go through the wire).
+TEST(WireDtype, Float64TravelsTheWireAndAccumulatesInFloat64) {
+  for (const std::string wire : {"bf16", "int8"}) {
+    for (const std::string reduce : {"ring", "pairwise"}) {
+      for (int n : {3, 8}) {
+        const size_t count = 1031;
+        const std::string what = strCat("float64 ", wire, " ", reduce, " n=", n);
+        std::mutex mu;
+        std::vector<std::vector<double>> out(static_cast<size_t>(n));
+        std::vector<std::string> desc(static_cast<size_t>(n));
+        runRanks(n, [&](Communicator& comm) {
+          std::vector<double> v(count);
+          for (size_t i = 0; i < count; ++i) v[i] = input(comm.rank(), i) * (1.0 + 1e-9 * comm.rank());
+          AllreduceOptions o;
+          o.buf = v.data();
+          o.count = count;
+          o.dtype = DataType::kFloat64;
+          auto work = allreduce(comm, o);
+          work->wait();
+          std::lock_guard<std::mutex> lock(mu);
+          out[static_cast<size_t>(comm.rank())] = v;
+          desc[static_cast<size_t>(comm.rank())] = work->description();
+        }, [&](CommConfig& c) {
+          c.wireDtype = wire;
+          c.wireDtypeMinBytes = 0;
+          c.wireReduce = reduce;
+          c.chunkBytes = 4096;
+        });
+        ASSERT_NE(desc[0].find(" wire=" + wire), std::string::npos) << what << ": " << desc[0];
+        double worst = 0;
+        for (size_t i = 0; i < count; ++i) {
+          for (int r = 1; r < n; ++r) ASSERT_EQ(out[static_cast<size_t>(r)][i], out[0][i]) << what << " at " << i;
+          double sum = 0, mag = 0, amax = 0;
+          for (int r = 0; r < n; ++r) {
+            const double x = input(r, i) * (1.0 + 1e-9 * r);
+            sum += x;
+            mag += std::fabs(x);
+          }
+          const size_t g0 = i / 256 * 256;
+          for (size_t j = g0; j < std::min(count, g0 + 256); ++j) {
+            for (int r = 0; r < n; ++r) amax = std::max(amax, std::fabs(double(input(r, j))));
+          }
+          // bf16: n+1 roundings of u on the way (ring), and float32's on entry;
+          // int8: half a step of each input's group and of the result's.
+          const double bound = wire == "bf16" ? ((n + 1) * std::ldexp(1.0, -8) + (n + 1) * std::ldexp(1.0, -24)) * mag
+                                              : (n + 1) * (n * amax) / 254.0 * 1.01;
+          const double err = std::fabs(out[0][i] - sum);
+          ASSERT_LE(err, bound) << what << " at " << i;
+          worst = std::max(worst, err);
+        }
+        EXPECT_GT(worst, 1e-6) << what << ": the exact sum came back (no wire?)";
+      }
+    }
+  }
+}
+
 TEST(WireDtype, SettingIsParsedStrictly) {
   CommConfig c = baseConfig(0, 2);
   c.wireDtype = "bf8";

@@ -15,7 +15,9 @@
 namespace mccl::algo {
 
 Task allreducePairwiseInt8(OpContext& ctx, AllreduceOptions o) {
-  return allreducePairwiseCoded(ctx, o, WireInt8{}, "int8 wire all-reduce");
+  const char* what = "int8 wire all-reduce";
+  if (o.dtype == DataType::kFloat64) return allreducePairwiseCoded<double>(ctx, o, WireInt8{}, what);
+  return allreducePairwiseCoded<float>(ctx, o, WireInt8{}, what);
 }
 
 }  // namespace mccl::algo

@@ -11,7 +11,9 @@
 namespace mccl::algo {
 
 Task allreducePairwiseWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w) {
-  return allreducePairwiseCoded(ctx, o, Wire16{w}, "wire dtype all-reduce");
+  const char* what = "wire dtype all-reduce";
+  if (o.dtype == DataType::kFloat64) return allreducePairwiseCoded<double>(ctx, o, Wire16{w}, what);
+  return allreducePairwiseCoded<float>(ctx, o, Wire16{w}, what);
 }
 
 }  // namespace mccl::algo

@@ -1,4 +1,4 @@
-// Ring all-reduce of float32 whose partial sums travel in a 16-bit wire
+// Ring all-reduce of float32 (or float64) whose partial sums travel in a 16-bit wire
 // dtype (MCCL_WIRE_DTYPE=bf16|fp16): half the bytes of allreduce_ring.cc on
 // every link, accumulation in float32 at every hop.
 //
@@ -22,11 +22,14 @@
 
 namespace mccl::algo {
 
-Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w) {
+namespace {
+
+// T: float for float32, double for float64 (accumulated in float64).
+template <class T>
+Task ringWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w) {
   const int n = ctx.size(), r = ctx.rank();
-  MCCL_CHECK(o.dtype == DataType::kFloat32 && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg),
-             "wire dtype ring: float32 SUM or AVG only");
-  auto* buf = static_cast<float*>(o.buf);
+  MCCL_CHECK(o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg, "wire dtype ring: SUM or AVG only");
+  auto* buf = static_cast<T*>(o.buf);
   if (n == 1) co_return;
 
   constexpr size_t ws = sizeof(uint16_t);
@@ -41,7 +44,7 @@ Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w)
   auto* mirror = reinterpret_cast<uint16_t*>(mirrorMem.data());
   // Chunk c of `block`: its float32 elements, its wire mirror, its length.
   struct Span {
-    float* f;
+    T* f;
     uint16_t* wire;
     size_t len;
   };
@@ -90,7 +93,7 @@ Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w)
       sends.push_back(ctx.isend(right, slot(0, s + 1, c), sp.wire, sp.len * ws));
     } else {
       // Final: rounded once; this rank keeps the rounding too.
-      if (o.op == ReduceOp::kAvg) kernels::divide(sp.f, sp.len, DataType::kFloat32, n);
+      if (o.op == ReduceOp::kAvg) kernels::divide(sp.f, sp.len, o.dtype, n);
       kernels::toWire(sp.wire, sp.f, sp.len, w);
       kernels::fromWire(sp.f, sp.wire, sp.len, w);
       sends.push_back(ctx.isend(right, slot(1, 0, c), sp.wire, sp.len * ws));
@@ -105,6 +108,15 @@ Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w)
     }
   }
   co_await ctx.waitAll(sends);
+}
+
+}  // namespace
+
+Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w) {
+  MCCL_CHECK(o.dtype == DataType::kFloat32 || o.dtype == DataType::kFloat64,
+             "wire dtype ring: float32 or float64 only");
+  if (o.dtype == DataType::kFloat64) return ringWire<double>(ctx, o, w);
+  return ringWire<float>(ctx, o, w);
 }
 
 }  // namespace mccl::algo

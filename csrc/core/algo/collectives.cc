@@ -83,7 +83,7 @@ std::shared_ptr<Work> run(Communicator& comm, OpSignature sig, size_t bytes, con
 
 namespace {
 
-// MCCL_WIRE_DTYPE applies to float32 SUM/AVG all-reduce and reduce-scatter
+// MCCL_WIRE_DTYPE applies to float32 and float64 SUM/AVG all-reduce and reduce-scatter
 // of at least MCCL_WIRE_DTYPE_MIN_BYTES (input bytes) where MCCL_ALGO does
 // not force an algorithm. Every rank decides alike: the settings are agreed
 // at bootstrap.
@@ -92,7 +92,7 @@ bool wireApplies(const Communicator& comm, OpKind op, DataType dt, ReduceOp rop,
   const auto& cfg = comm.config();
   *w = kernels::WireDtype::kFp32;
   kernels::parseWireDtype(cfg.wireDtype, w);
-  return *w != kernels::WireDtype::kFp32 && dt == DataType::kFloat32 &&
+  return *w != kernels::WireDtype::kFp32 && (dt == DataType::kFloat32 || dt == DataType::kFloat64) &&
          (rop == ReduceOp::kSum || rop == ReduceOp::kAvg) && bytes >= cfg.wireDtypeMinBytes &&
          comm.size() > 1 && !algo::forcedFor(cfg, op);
 }

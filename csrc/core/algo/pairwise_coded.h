@@ -32,19 +32,26 @@
 
 namespace mccl::algo {
 
+// The DataType a wire algorithm instantiated for T (float or double) serves.
+template <class T>
+constexpr DataType kWireValue = sizeof(T) == sizeof(double) ? DataType::kFloat64 : DataType::kFloat32;
+
 // A 16-bit wire (bf16, fp16). The owner keeps its own values in float32.
 struct Wire16 {
   kernels::WireDtype w;
   static constexpr size_t kUnit = 1, kUnitBytes = sizeof(uint16_t);
   static constexpr bool kEncodeOwn = false;
   static size_t bytes(size_t n) { return n * sizeof(uint16_t); }
-  void encode(uint8_t* out, const float* in, size_t n) const {
+  template <class T>
+  void encode(uint8_t* out, const T* in, size_t n) const {
     kernels::toWire(reinterpret_cast<uint16_t*>(out), in, n, w);
   }
-  void decode(float* out, const uint8_t* in, size_t n) const {
+  template <class T>
+  void decode(T* out, const uint8_t* in, size_t n) const {
     kernels::fromWire(out, reinterpret_cast<const uint16_t*>(in), n, w);
   }
-  void add(float* acc, const uint8_t* in, size_t n) const {
+  template <class T>
+  void add(T* acc, const uint8_t* in, size_t n) const {
     kernels::addWire(acc, reinterpret_cast<const uint16_t*>(in), n, w);
   }
 };
@@ -56,17 +63,22 @@ struct WireInt8 {
   static constexpr size_t kUnit = kernels::kInt8Group, kUnitBytes = kernels::kInt8GroupBytes;
   static constexpr bool kEncodeOwn = true;
   static size_t bytes(size_t n) { return kernels::int8WireBytes(n); }
-  void encode(uint8_t* out, const float* in, size_t n) const { kernels::toInt8Wire(out, in, n); }
-  void decode(float* out, const uint8_t* in, size_t n) const { kernels::fromInt8Wire(out, in, n); }
-  void add(float* acc, const uint8_t* in, size_t n) const { kernels::addInt8Wire(acc, in, n); }
+  template <class T>
+  void encode(uint8_t* out, const T* in, size_t n) const { kernels::toInt8Wire(out, in, n); }
+  template <class T>
+  void decode(T* out, const uint8_t* in, size_t n) const { kernels::fromInt8Wire(out, in, n); }
+  template <class T>
+  void add(T* acc, const uint8_t* in, size_t n) const { kernels::addInt8Wire(acc, in, n); }
 };
 
-template <class Codec>
+// T is float (float32) or double (float64: the same wire, accumulated in
+// float64).
+template <class T, class Codec>
 Task allreducePairwiseCoded(OpContext& ctx, AllreduceOptions o, Codec codec, const char* what) {
   const int n = ctx.size(), r = ctx.rank();
-  MCCL_CHECK(o.dtype == DataType::kFloat32 && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg), what,
-             ": float32 SUM or AVG only");
-  auto* buf = static_cast<float*>(o.buf);
+  MCCL_CHECK(o.dtype == kWireValue<T> && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg), what,
+             ": float32 or float64 SUM or AVG only");
+  auto* buf = static_cast<T*>(o.buf);
   if (n == 1) co_return;
 
   const size_t units = (o.count + Codec::kUnit - 1) / Codec::kUnit;
@@ -80,7 +92,7 @@ Task allreducePairwiseCoded(OpContext& ctx, AllreduceOptions o, Codec codec, con
   Scratch mirrorMem = ctx.scratch(units * Codec::kUnitBytes);
   uint8_t* mirror = mirrorMem.data();
   struct Span {
-    float* f;
+    T* f;
     uint8_t* wire;
     size_t len, bytes;
   };
@@ -142,7 +154,7 @@ Task allreducePairwiseCoded(OpContext& ctx, AllreduceOptions o, Codec codec, con
   // This rank's block is final: encoded once, kept decoded, sent around.
   for (size_t c = 0; c < nch; ++c) {
     Span sp = at(r, c);
-    if (o.op == ReduceOp::kAvg) kernels::divide(sp.f, sp.len, DataType::kFloat32, n);
+    if (o.op == ReduceOp::kAvg) kernels::divide(sp.f, sp.len, o.dtype, n);
     codec.encode(sp.wire, sp.f, sp.len);
     codec.decode(sp.f, sp.wire, sp.len);
     sends.push_back(ctx.isend(right, slot(1, 0, c), sp.wire, sp.bytes));
@@ -162,13 +174,13 @@ Task allreducePairwiseCoded(OpContext& ctx, AllreduceOptions o, Codec codec, con
 // r+k once (units counted from the block's start) and sends it to that
 // block's owner, and adds rank r-k's decoded block r into its float32
 // output, which starts from its own input exactly.
-template <class Codec>
+template <class T, class Codec>
 Task reduceScatterPairwiseCoded(OpContext& ctx, ReduceScatterOptions o, Codec codec, const char* what) {
   const int n = ctx.size(), r = ctx.rank();
-  MCCL_CHECK(o.dtype == DataType::kFloat32 && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg), what,
-             ": float32 SUM or AVG only");
-  auto* out = static_cast<float*>(o.out);
-  auto in = [&](int block) { return static_cast<const float*>(o.in[static_cast<size_t>(block)]); };
+  MCCL_CHECK(o.dtype == kWireValue<T> && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg), what,
+             ": float32 or float64 SUM or AVG only");
+  auto* out = static_cast<T*>(o.out);
+  auto in = [&](int block) { return static_cast<const T*>(o.in[static_cast<size_t>(block)]); };
   if (o.count > 0 && out != in(r)) std::copy(in(r), in(r) + o.count, out);
   if (n == 1) co_return;
   const size_t units = (o.count + Codec::kUnit - 1) / Codec::kUnit;
@@ -215,7 +227,7 @@ Task reduceScatterPairwiseCoded(OpContext& ctx, ReduceScatterOptions o, Codec co
     }
     if (k + kWindow <= steps) sendStep(k + kWindow);
   }
-  if (o.op == ReduceOp::kAvg) kernels::divide(out, o.count, DataType::kFloat32, n);
+  if (o.op == ReduceOp::kAvg) kernels::divide(out, o.count, o.dtype, n);
   co_await ctx.waitAll(sends);
 }
 

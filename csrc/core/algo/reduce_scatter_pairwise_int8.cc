@@ -9,7 +9,9 @@
 namespace mccl::algo {
 
 Task reduceScatterPairwiseInt8(OpContext& ctx, ReduceScatterOptions o) {
-  return reduceScatterPairwiseCoded(ctx, o, WireInt8{}, "int8 wire reduce-scatter");
+  const char* what = "int8 wire reduce-scatter";
+  if (o.dtype == DataType::kFloat64) return reduceScatterPairwiseCoded<double>(ctx, o, WireInt8{}, what);
+  return reduceScatterPairwiseCoded<float>(ctx, o, WireInt8{}, what);
 }
 
 }  // namespace mccl::algo

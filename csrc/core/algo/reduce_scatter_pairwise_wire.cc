@@ -9,7 +9,9 @@
 namespace mccl::algo {
 
 Task reduceScatterPairwiseWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w) {
-  return reduceScatterPairwiseCoded(ctx, o, Wire16{w}, "wire dtype reduce-scatter");
+  const char* what = "wire dtype reduce-scatter";
+  if (o.dtype == DataType::kFloat64) return reduceScatterPairwiseCoded<double>(ctx, o, Wire16{w}, what);
+  return reduceScatterPairwiseCoded<float>(ctx, o, Wire16{w}, what);
 }
 
 }  // namespace mccl::algo

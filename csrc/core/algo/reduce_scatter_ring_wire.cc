@@ -15,12 +15,15 @@
 
 namespace mccl::algo {
 
-Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w) {
+namespace {
+
+// T: float for float32, double for float64 (accumulated in float64).
+template <class T>
+Task ringWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w) {
   const int n = ctx.size(), r = ctx.rank();
-  MCCL_CHECK(o.dtype == DataType::kFloat32 && (o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg),
-             "wire dtype ring: float32 SUM or AVG only");
-  auto* out = static_cast<float*>(o.out);
-  auto in = [&](int block) { return static_cast<const float*>(o.in[static_cast<size_t>(block)]); };
+  MCCL_CHECK(o.op == ReduceOp::kSum || o.op == ReduceOp::kAvg, "wire dtype ring: SUM or AVG only");
+  auto* out = static_cast<T*>(o.out);
+  auto in = [&](int block) { return static_cast<const T*>(o.in[static_cast<size_t>(block)]); };
   if (n == 1) {
     if (o.count > 0 && out != in(0)) std::copy(in(0), in(0) + o.count, out);
     co_return;
@@ -33,8 +36,8 @@ Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::Wire
   Scratch recvMem = ctx.scratch(steps * o.count * ws), sendMem = ctx.scratch(steps * o.count * ws);
   auto* recvWire = reinterpret_cast<uint16_t*>(recvMem.data());
   auto* sendWire = reinterpret_cast<uint16_t*>(sendMem.data());
-  Scratch accMem = ctx.scratch(o.count * sizeof(float));
-  auto* acc = reinterpret_cast<float*>(accMem.data());
+  Scratch accMem = ctx.scratch(o.count * sizeof(T));
+  auto* acc = reinterpret_cast<T*>(accMem.data());
 
   std::vector<std::shared_ptr<RecvRequest>> recvs(steps * nch);
   for (size_t s = 0; s < steps; ++s) {
@@ -58,7 +61,7 @@ Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::Wire
     for (size_t c = 0; c < nch; ++c) {
       Chunk ch = chunkOf(o.count, nch, c);
       co_await ctx.wait(recvs[s * nch + c]);
-      float* sum = (last ? out : acc) + ch.begin;
+      T* sum = (last ? out : acc) + ch.begin;
       std::copy(in(b) + ch.begin, in(b) + ch.begin + ch.length, sum);
       kernels::addWire(sum, recvWire + s * o.count + ch.begin, ch.length, w);
       if (!last) {
@@ -66,11 +69,20 @@ Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::Wire
         kernels::toWire(wire, sum, ch.length, w);
         sends.push_back(ctx.isend(right, slotId((s + 1) * nch + c), wire, ch.length * ws));
       } else if (o.op == ReduceOp::kAvg) {
-        kernels::divide(sum, ch.length, DataType::kFloat32, n);
+        kernels::divide(sum, ch.length, o.dtype, n);
       }
     }
   }
   co_await ctx.waitAll(sends);
+}
+
+}  // namespace
+
+Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w) {
+  MCCL_CHECK(o.dtype == DataType::kFloat32 || o.dtype == DataType::kFloat64,
+             "wire dtype ring: float32 or float64 only");
+  if (o.dtype == DataType::kFloat64) return ringWire<double>(ctx, o, w);
+  return ringWire<float>(ctx, o, w);
 }
 
 }  // namespace mccl::algo

@@ -1,5 +1,6 @@
 #include "reduce/wire.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 
@@ -140,6 +141,37 @@ void addWire(float* acc, const uint16_t* in, size_t n, WireDtype w) {
   if (haveF16c()) return fromHalfF16c(acc, in, n, /*add=*/true);
 #endif
   for (size_t i = 0; i < n; ++i) acc[i] += halfToFloat(in[i]);
+}
+
+namespace {
+constexpr size_t kStage = 1024;  // float64 values converted through float32 this many at a time
+}  // namespace
+
+void toWire(uint16_t* out, const double* in, size_t n, WireDtype w) {
+  float tmp[kStage];
+  for (size_t i = 0; i < n; i += kStage) {
+    const size_t m = std::min(kStage, n - i);
+    for (size_t j = 0; j < m; ++j) tmp[j] = static_cast<float>(in[i + j]);
+    toWire(out + i, tmp, m, w);
+  }
+}
+
+void fromWire(double* out, const uint16_t* in, size_t n, WireDtype w) {
+  float tmp[kStage];
+  for (size_t i = 0; i < n; i += kStage) {
+    const size_t m = std::min(kStage, n - i);
+    fromWire(tmp, in + i, m, w);
+    for (size_t j = 0; j < m; ++j) out[i + j] = tmp[j];
+  }
+}
+
+void addWire(double* acc, const uint16_t* in, size_t n, WireDtype w) {
+  float tmp[kStage];
+  for (size_t i = 0; i < n; i += kStage) {
+    const size_t m = std::min(kStage, n - i);
+    fromWire(tmp, in + i, m, w);
+    for (size_t j = 0; j < m; ++j) acc[i + j] += tmp[j];
+  }
 }
 
 uint64_t saturations() { return gSaturations.load(std::memory_order_relaxed); }

@@ -30,6 +30,13 @@ void fromWire(float* out, const uint16_t* in, size_t n, WireDtype w);
 // acc[i] += float(in[i]).
 void addWire(float* acc, const uint16_t* in, size_t n, WireDtype w);
 
+// The same for float64 values, accumulated in float64: a value goes to
+// float32 first (rounded to nearest even; beyond float32's range it becomes
+// infinity) and then to the wire dtype.
+void toWire(uint16_t* out, const double* in, size_t n, WireDtype w);
+void fromWire(double* out, const uint16_t* in, size_t n, WireDtype w);
+void addWire(double* acc, const uint16_t* in, size_t n, WireDtype w);
+
 // float16 saturations in this process so far.
 uint64_t saturations();
 

@@ -91,4 +91,34 @@ MCCL_INT8_CLONES void fromInt8Wire(float* out, const uint8_t* in, size_t n) { de
 
 MCCL_INT8_CLONES void addInt8Wire(float* acc, const uint8_t* in, size_t n) { decode<true>(acc, in, n); }
 
+void toInt8Wire(uint8_t* out, const double* in, size_t n) {
+  float tmp[kInt8Group];
+  for (size_t g = 0; g < n; g += kInt8Group) {
+    const size_t m = std::min(kInt8Group, n - g);
+    for (size_t i = 0; i < m; ++i) tmp[i] = static_cast<float>(in[g + i]);
+    encodeGroup(out, tmp, m);
+    out += sizeof(float) + m;
+  }
+}
+
+void fromInt8Wire(double* out, const uint8_t* in, size_t n) {
+  float tmp[kInt8Group];
+  for (size_t g = 0; g < n; g += kInt8Group) {
+    const size_t m = std::min(kInt8Group, n - g);
+    decode<false>(tmp, in, m);
+    for (size_t i = 0; i < m; ++i) out[g + i] = tmp[i];
+    in += sizeof(float) + m;
+  }
+}
+
+void addInt8Wire(double* acc, const uint8_t* in, size_t n) {
+  float tmp[kInt8Group];
+  for (size_t g = 0; g < n; g += kInt8Group) {
+    const size_t m = std::min(kInt8Group, n - g);
+    decode<false>(tmp, in, m);
+    for (size_t i = 0; i < m; ++i) acc[g + i] += tmp[i];
+    in += sizeof(float) + m;
+  }
+}
+
 }  // namespace mccl::kernels

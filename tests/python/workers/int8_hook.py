@@ -51,6 +51,18 @@ for count in (1, 13, 1031):
     rel = ((out.double() - want).norm() / want.norm()).item()
     assert rel < 1e-2, ("reduce_scatter", count, rel)
 
+# float64 takes the wires too (through float32), accumulated in float64.
+bf16 = mccl.hooks.wire_group("bf16", min_bytes=0)
+for grp, bound in ((int8, 3e-2), (bf16, 1e-2)):
+    g = torch.Generator().manual_seed(77)
+    xs = [torch.randn(4099, generator=g, dtype=torch.float64) * (1 + r) for r in range(world)]
+    got = xs[rank].clone()
+    dist.all_reduce(got, group=grp)
+    want = torch.stack(xs).sum(0)
+    rel = ((got - want).norm() / want.norm()).item()
+    assert 0 < rel < bound, ("float64", rel)
+    same_everywhere(got, "float64 on a wire")
+
 # One rank's contribution is exactly int8_round_trip: only rank 0 sends
 # values, the others zeros, and the sum (re-encoded once more for the
 # all-gather, which leaves encoded values as they are) is its round trip.
