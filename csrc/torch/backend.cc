@@ -111,8 +111,12 @@ bool ProcessGroupMCCL::inPieces(const at::Tensor& t) const {
 template <typename MakeOp>
 WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* title,
                                       const std::string& who, MakeOp&& makeOp) {
-  const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(comm_->config().pieceBytes) /
-                                               static_cast<int64_t>(t.element_size()));
+  // Whole groups of 256 elements per piece, so that the int8 wire's groups
+  // (counted from each op's first element) fall where they would in one op.
+  constexpr int64_t kGroup = 256;
+  const int64_t per = std::max<int64_t>(
+      kGroup, static_cast<int64_t>(comm_->config().pieceBytes) / static_cast<int64_t>(t.element_size()) /
+                  kGroup * kGroup);
   // A strided tensor: the pieces are of a contiguous copy (made on the
   // caller's stream), copied back into `t` once every piece is done.
   at::Tensor c = t.is_contiguous() ? t : t.contiguous();

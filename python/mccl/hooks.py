@@ -35,8 +35,8 @@ def wire_group(wire_dtype: str = "bf16", group=None, min_bytes: Union[int, str] 
 
 def wire_allreduce_hook(process_group, bucket) -> torch.futures.Future[torch.Tensor]:
     """Averages the bucket over `process_group` (a wire_group) with one AVG
-    all-reduce; float32 buckets travel in the group's wire dtype, others as
-    they are."""
+    all-reduce; float32 and float64 buckets travel in the group's wire dtype,
+    others as they are."""
     tensor = bucket.buffer()
     work = dist.all_reduce(tensor, op=dist.ReduceOp.AVG, group=process_group, async_op=True)
     return work.get_future().then(lambda fut: fut.value()[0])
@@ -60,9 +60,13 @@ class Int8State:
             # residuals would then be sent twice (once in full, once fed back).
             raise ValueError(f"mccl.hooks.Int8State: MCCL_ALGO={os.environ['MCCL_ALGO']} forces the all_reduce "
                              "algorithm, which turns the int8 wire off; unset its allreduce= entry")
+        self.parent = process_group  # other dtypes are averaged exactly here
         self.process_group = wire_group("int8", process_group, min_bytes=0)
         self.world_size = dist.get_world_size(self.process_group)
-        self.residuals: dict[int, torch.Tensor] = {}
+        # Keyed by the bucket's parameters: DDP rebuilds its buckets after
+        # the first step, and a rebuilt bucket of the same index and size may
+        # hold other parameters.
+        self.residuals: dict[tuple, torch.Tensor] = {}
 
 
 def int8_round_trip(x: torch.Tensor) -> torch.Tensor:
@@ -85,11 +89,13 @@ def int8_allreduce_hook(state: Int8State, bucket) -> torch.futures.Future[torch.
     ends bit-identical. Other dtypes are averaged exactly. The Future's
     callback runs no kernel (safe on MPS)."""
     tensor = bucket.buffer()
+    group = state.parent
     if tensor.dtype == torch.float32 and state.world_size > 1:
-        index = bucket.index()
-        residual = state.residuals.get(index)
+        key = tuple(id(p) for p in bucket.parameters())
+        residual = state.residuals.get(key)
         if residual is not None and residual.shape == tensor.shape:
             tensor.add_(residual)
-        state.residuals[index] = tensor - int8_round_trip(tensor)
-    work = dist.all_reduce(tensor, op=dist.ReduceOp.AVG, group=state.process_group, async_op=True)
+        state.residuals[key] = tensor - int8_round_trip(tensor)
+        group = state.process_group
+    work = dist.all_reduce(tensor, op=dist.ReduceOp.AVG, group=group, async_op=True)
     return work.get_future().then(lambda fut: fut.value()[0])

@@ -95,6 +95,31 @@ TEST(Int8Wire, ZeroGroupsAreExactAndNonFiniteGroupsDecodeAsNan) {
   for (size_t i = 256; i < 600; ++i) ASSERT_TRUE(std::isnan(y[i])) << i;
 }
 
+TEST(Int8Wire, TinyGroupsAndHugeFloat64ValuesStayFinite) {
+  // 127 / max|x| overflows float below about 3.7e-37: such groups still
+  // round-trip within half a step, with no NaN.
+  std::vector<float> tiny(300);
+  for (size_t i = 0; i < tiny.size(); ++i) tiny[i] = static_cast<float>((static_cast<int>(i % 7) - 3) * 1e-39);
+  tiny[5] = 0.0f;
+  std::vector<float> y = roundTrip(tiny);
+  for (size_t i = 0; i < tiny.size(); ++i) {
+    ASSERT_FALSE(std::isnan(y[i])) << i;
+    ASSERT_LE(std::fabs(double(y[i]) - tiny[i]), halfStep(tiny, i) * (1 + 1e-6) + 1e-45) << i;
+  }
+  ASSERT_EQ(y[5], 0.0f);
+  // float64 beyond float32's range travels as +-FLT_MAX, its group finite.
+  std::vector<double> big(10, 1.0);
+  big[3] = 1e300;
+  big[4] = -1e300;
+  std::vector<uint8_t> wire(int8WireBytes(big.size()));
+  kernels::toInt8Wire(wire.data(), big.data(), big.size());
+  std::vector<double> back(big.size());
+  kernels::fromInt8Wire(back.data(), wire.data(), big.size());
+  for (double v : back) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_NEAR(back[3], std::numeric_limits<float>::max(), std::numeric_limits<float>::max() * 1e-6);
+  EXPECT_NEAR(back[4], -std::numeric_limits<float>::max(), std::numeric_limits<float>::max() * 1e-6);
+}
+
 struct Outputs {
   std::mutex mu;
   std::vector<std::vector<float>> out;

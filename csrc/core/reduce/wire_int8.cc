@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -35,6 +36,9 @@ namespace {
   return best;
 }
 
+// Below 2^-96 (float bits 0x0f800000), 127 / amax overflows float.
+constexpr uint32_t kTinyBits = 0x0f800000u;
+
 [[gnu::always_inline]] inline void encodeGroup(uint8_t* out, const float* x, size_t m) {
   const uint32_t bits = maxAbsBits(x, m);
   float scale;
@@ -45,9 +49,19 @@ namespace {
   } else if (bits == 0) {
     scale = 0.0f;
     std::memset(q, 0, m);
+  } else if (bits < kTinyBits) {
+    // 127 / amax would overflow float: the same quotients in double.
+    const double amax = std::bit_cast<float>(bits);
+    scale = static_cast<float>(amax / 127.0);
+    for (size_t i = 0; i < m; ++i) {
+      const double v = std::clamp(std::nearbyint(x[i] * (127.0 / amax)), -127.0, 127.0);
+      q[i] = static_cast<int8_t>(static_cast<int>(v));
+    }
   } else {
     const float amax = std::bit_cast<float>(bits);
     scale = amax / 127.0f;
+    // Near FLT_MAX, 127 * scale can round up to infinity: one ulp less.
+    if (std::isinf(scale * 127.0f)) scale = std::nextafter(scale, 0.0f);
     const float inv = 127.0f / amax;
     for (size_t i = 0; i < m; ++i) {
       const float v = std::clamp(roundEven(x[i] * inv), -127.0f, 127.0f);
@@ -95,7 +109,12 @@ void toInt8Wire(uint8_t* out, const double* in, size_t n) {
   float tmp[kInt8Group];
   for (size_t g = 0; g < n; g += kInt8Group) {
     const size_t m = std::min(kInt8Group, n - g);
-    for (size_t i = 0; i < m; ++i) tmp[i] = static_cast<float>(in[g + i]);
+    // Finite values beyond float32's range travel as its largest value.
+    constexpr double kMax = std::numeric_limits<float>::max();
+    for (size_t i = 0; i < m; ++i) {
+      const double v = in[g + i];
+      tmp[i] = static_cast<float>(std::isfinite(v) ? std::clamp(v, -kMax, kMax) : v);
+    }
     encodeGroup(out, tmp, m);
     out += sizeof(float) + m;
   }

@@ -35,7 +35,8 @@ void fromInt8Wire(float* out, const uint8_t* in, size_t n);
 void addInt8Wire(float* acc, const uint8_t* in, size_t n);
 
 // The same for float64 values (the same wire: a group's values are rounded
-// to float32 before encoding; decoded values are accumulated in float64).
+// to float32 before encoding, finite ones beyond its range to +-FLT_MAX;
+// decoded values are accumulated in float64).
 void toInt8Wire(uint8_t* out, const double* in, size_t n);
 void fromInt8Wire(double* out, const uint8_t* in, size_t n);
 void addInt8Wire(double* acc, const uint8_t* in, size_t n);

@@ -268,11 +268,7 @@ def main(argv=None) -> int:
         for i in range(n):
             loss = step(i, sync_grads)
             if curve is not None and sync_grads:
-                mean = loss.detach().float().reshape(1).cpu()
-                if distributed:
-                    dist.all_reduce(mean)
-                    mean /= world
-                curve.append(float(mean.item()))
+                curve.append(loss.detach().float().reshape(1))  # averaged over ranks after the timing
             if rank == 0 and not args.quiet:
                 done = i + 1
                 bar = "#" * (20 * done // n)
@@ -297,7 +293,11 @@ def main(argv=None) -> int:
               "samples_per_s": world * args.batch / step_s, "final_loss": loss,
               "comm_hook": args.comm_hook, "seed": args.seed}
     if curve is not None:
-        result["losses"] = curve
+        losses = torch.cat(curve).cpu()
+        if distributed:
+            dist.all_reduce(losses)
+            losses /= world
+        result["losses"] = [float(x) for x in losses]
     if buckets:
         result["bucket_trace"] = buckets
     if args.measure_overlap and ddp is not model:  # (DDP only: FSDP's all-gathers cannot be skipped)

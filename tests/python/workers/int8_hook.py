@@ -76,10 +76,10 @@ for count in (13, 1031, 65537):
 
 
 class Bucket:
-    """What DDP hands a comm hook (GradBucket's buffer() and index())."""
+    """What DDP hands a comm hook (GradBucket's buffer(), index(), parameters())."""
 
-    def __init__(self, t, i):
-        self.t, self.i = t, i
+    def __init__(self, t, i, params):
+        self.t, self.i, self.params = t, i, params
 
     def buffer(self):
         return self.t
@@ -87,25 +87,45 @@ class Bucket:
     def index(self):
         return self.i
 
+    def parameters(self):
+        return self.params
 
-# Error feedback across steps: after steps 1..T, the contributions that went
-# on the wire sum to the gradients' sum minus the last residual.
+
+# Error feedback across steps: what each rank puts on the wire is its
+# gradient plus the last residual; the result is, bit for bit, the average
+# the one-process simulation of the int8 wire computes from every rank's
+# input; and the residual is what the wire dropped.
+from mccl.bench.wire_accuracy import mccl_int8  # noqa: E402
+
 state = mccl.hooks.Int8State()
+params = [torch.nn.Parameter(torch.zeros(1))]
 gen = torch.Generator().manual_seed(100 + rank)
 grads = [torch.randn(5000, generator=gen) * (rank + 1) for _ in range(4)]
-sent_total = torch.zeros(5000, dtype=torch.float64)
+residual = torch.zeros(5000)
 for step, grad in enumerate(grads):
-    before = grad.clone()
-    if 0 in state.residuals:
-        before += state.residuals[0]
+    before = grad + residual
+    out = mccl.hooks.int8_allreduce_hook(state, Bucket(grad.clone(), 0, params)).wait()
+    befores = [torch.empty_like(before) for _ in range(world)]
+    dist.all_gather(befores, before, group=gloo)
+    want = mccl_int8(befores, avg=True)
+    assert torch.equal(out, want), f"step {step}: not the average of what the ranks sent"
+    key = tuple(id(p) for p in params)
     sent = mccl.hooks.int8_round_trip(before)
-    out = mccl.hooks.int8_allreduce_hook(state, Bucket(grad.clone(), 0)).wait()
-    assert torch.equal(state.residuals[0], before - sent), f"step {step}: residual is not what the wire dropped"
-    assert state.residuals[0].abs().max() > 0
-    sent_total += sent.double()
+    assert torch.equal(state.residuals[key], before - sent), f"step {step}: residual is not what the wire dropped"
+    assert state.residuals[key].abs().max() > 0
+    residual = state.residuals[key]
     same_everywhere(out, f"hook step {step}")
-want = sum(g.double() for g in grads) - state.residuals[0].double()
-assert torch.allclose(sent_total, want, rtol=0, atol=1e-4), (sent_total - want).abs().max()
+# A bucket of the same index and size but other parameters starts afresh.
+other = [torch.nn.Parameter(torch.zeros(1))]
+g = torch.ones(5000) * 0.5
+mccl.hooks.int8_allreduce_hook(state, Bucket(g.clone(), 0, other)).wait()
+assert torch.equal(state.residuals[tuple(id(p) for p in other)], g - mccl.hooks.int8_round_trip(g))
+# float64 buckets are averaged exactly, on the parent group.
+g64 = torch.randn(3001, generator=gen, dtype=torch.float64)
+out64 = mccl.hooks.int8_allreduce_hook(state, Bucket(g64.clone(), 1, other)).wait()
+ref64 = g64.clone()
+dist.all_reduce(ref64, op=dist.ReduceOp.AVG, group=gloo)
+assert torch.allclose(out64, ref64, rtol=1e-12, atol=1e-12), (out64 - ref64).abs().max()
 
 
 def train(hook):
