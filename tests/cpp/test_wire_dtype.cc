@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "wire_runs.h"
 #include "reduce/half.h"
 #include "reduce/wire.h"
 
@@ -33,35 +34,11 @@ float input(int rank, size_t i) {
 
 double unitRoundoff(WireDtype w) { return w == WireDtype::kBf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
 
-struct Outputs {
-  std::mutex mu;
-  std::vector<std::vector<float>> out;
-  std::vector<std::string> desc;
-};
+using Outputs = WireRun<float>;
 
 void allreduceOnRanks(int n, size_t count, ReduceOp op, WireDtype w, Outputs& run, size_t minBytes = 0,
                       DataType dt = DataType::kFloat32, const std::string& reduce = "ring") {
-  run.out.assign(static_cast<size_t>(n), {});
-  run.desc.assign(static_cast<size_t>(n), "");
-  runRanks(n, [&](Communicator& comm) {
-    std::vector<float> v(count);
-    for (size_t i = 0; i < count; ++i) v[i] = input(comm.rank(), i);
-    AllreduceOptions o;
-    o.buf = v.data();
-    o.count = count;
-    o.dtype = dt;
-    o.op = op;
-    auto work = allreduce(comm, o);
-    work->wait();
-    std::lock_guard<std::mutex> lock(run.mu);
-    run.out[static_cast<size_t>(comm.rank())] = v;
-    run.desc[static_cast<size_t>(comm.rank())] = work->description();
-  }, [&](CommConfig& c) {
-    c.wireDtype = kernels::wireDtypeName(w);
-    c.wireDtypeMinBytes = minBytes;
-    c.wireReduce = reduce;
-    c.chunkBytes = 4096;  // many chunks even for small test buffers
-  });
+  allreduceOnWire<float>(n, count, op, dt, {kernels::wireDtypeName(w), reduce, minBytes}, input, run);
 }
 
 TEST(WireKernels, RoundTripsRoundToNearestEvenAndSaturateFp16) {
@@ -300,27 +277,11 @@ TEST(WireDtype, Float64TravelsTheWireAndAccumulatesInFloat64) {
       for (int n : {3, 8}) {
         const size_t count = 1031;
         const std::string what = strCat("float64 ", wire, " ", reduce, " n=", n);
-        std::mutex mu;
-        std::vector<std::vector<double>> out(static_cast<size_t>(n));
-        std::vector<std::string> desc(static_cast<size_t>(n));
-        runRanks(n, [&](Communicator& comm) {
-          std::vector<double> v(count);
-          for (size_t i = 0; i < count; ++i) v[i] = input(comm.rank(), i) * (1.0 + 1e-9 * comm.rank());
-          AllreduceOptions o;
-          o.buf = v.data();
-          o.count = count;
-          o.dtype = DataType::kFloat64;
-          auto work = allreduce(comm, o);
-          work->wait();
-          std::lock_guard<std::mutex> lock(mu);
-          out[static_cast<size_t>(comm.rank())] = v;
-          desc[static_cast<size_t>(comm.rank())] = work->description();
-        }, [&](CommConfig& c) {
-          c.wireDtype = wire;
-          c.wireDtypeMinBytes = 0;
-          c.wireReduce = reduce;
-          c.chunkBytes = 4096;
-        });
+        WireRun<double> run;
+        allreduceOnWire<double>(n, count, ReduceOp::kSum, DataType::kFloat64, {wire, reduce},
+                                [](int r, size_t i) { return input(r, i) * (1.0 + 1e-9 * r); }, run);
+        const auto& out = run.out;
+        const auto& desc = run.desc;
         ASSERT_NE(desc[0].find(" wire=" + wire), std::string::npos) << what << ": " << desc[0];
         double worst = 0;
         for (size_t i = 0; i < count; ++i) {

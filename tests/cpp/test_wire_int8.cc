@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "wire_runs.h"
 #include "reduce/wire_int8.h"
 
 namespace mccl::test {
@@ -120,38 +121,14 @@ TEST(Int8Wire, TinyGroupsAndHugeFloat64ValuesStayFinite) {
   EXPECT_NEAR(back[4], -std::numeric_limits<float>::max(), std::numeric_limits<float>::max() * 1e-6);
 }
 
-struct Outputs {
-  std::mutex mu;
-  std::vector<std::vector<float>> out;
-  std::vector<std::string> desc;
-};
-
 TEST(Int8Wire, AllreduceIsBitIdenticalAndWithinHalfAStepPerInput) {
   for (int n : {2, 3, 5, 8}) {
     for (size_t count : {size_t{1}, size_t{13}, size_t{257}, size_t{1031}, size_t{100003}}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
         const std::string what = strCat("int8 n=", n, " count=", count, " ", reduceOpName(op));
-        Outputs run;
-        run.out.assign(static_cast<size_t>(n), {});
-        run.desc.assign(static_cast<size_t>(n), "");
-        runRanks(n, [&](Communicator& comm) {
-          std::vector<float> v(count);
-          for (size_t i = 0; i < count; ++i) v[i] = input(comm.rank(), i);
-          AllreduceOptions o;
-          o.buf = v.data();
-          o.count = count;
-          o.op = op;
-          auto work = allreduce(comm, o);
-          work->wait();
-          std::lock_guard<std::mutex> lock(run.mu);
-          run.out[static_cast<size_t>(comm.rank())] = v;
-          run.desc[static_cast<size_t>(comm.rank())] = work->description();
-        }, [&](CommConfig& c) {
-          c.wireDtype = "int8";
-          c.wireDtypeMinBytes = 0;
-          c.wireReduce = "ring";  // int8 is pairwise whatever this says
-          c.chunkBytes = 4096;    // many chunks even for small test buffers
-        });
+        WireRun<float> run;
+        // int8 is pairwise whatever MCCL_WIRE_REDUCE says
+        allreduceOnWire<float>(n, count, op, DataType::kFloat32, {"int8", "ring"}, input, run);
         for (int r = 0; r < n; ++r) {
           ASSERT_NE(run.desc[static_cast<size_t>(r)].find(" wire=int8 pairwise"), std::string::npos)
               << what << ": " << run.desc[static_cast<size_t>(r)];

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 
-def plot(records: list[dict], path: str, title: str = "") -> None:
+def pyplot():
+    """matplotlib.pyplot drawing to files (Agg); a clear exit where
+    matplotlib, an optional dependency, is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError as e:  # optional dependency
+    except ImportError as e:
         raise SystemExit("--plot needs matplotlib: pip install matplotlib") from e
+    return plt
+
+
+def plot(records: list[dict], path: str, title: str = "") -> None:
+    plt = pyplot()
     ops = list(dict.fromkeys(r["op"] for r in records))
     backends = [k for k in records[0] if isinstance(records[0][k], dict)]
     fig, axes = plt.subplots(2, len(ops), figsize=(3.6 * len(ops), 6.4), squeeze=False)

@@ -96,13 +96,9 @@ def run(args) -> dict:
 
 
 def _plot(out: dict, path: str) -> None:
-    try:
-        import matplotlib
+    from .plot import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise SystemExit("--plot needs matplotlib: pip install matplotlib") from e
+    plt = pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.6))
     for b in sorted({r["backend"] for r in out["runs"] if r["world"] > 1}):
         rows = [r for r in out["runs"] if r["backend"] == b or r["world"] == 1]

@@ -78,13 +78,9 @@ def markdown(rows: list[dict], ref: str = "mccl", base: str = "gloo") -> str:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    try:
-        import matplotlib
+    from .plot import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise SystemExit("--plot needs matplotlib: pip install matplotlib") from e
+    plt = pyplot()
     names = list(dict.fromkeys(r["workload"] for r in rows))
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
     for ax, name in zip(axes[0], names):

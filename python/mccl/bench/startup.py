@@ -89,6 +89,20 @@ def _max_over_ranks(d: dict) -> dict:
     return {k: float(v) for k, v in zip(keys, t.tolist())}
 
 
+def _timed_group(backend: str, destroy) -> tuple[float, float]:
+    """Seconds to make a new group of every rank (started together) and to
+    run its first 8-byte all_reduce, the slowest rank's each; destroys it."""
+    dist.barrier()
+    t0 = time.time()
+    g = dist.new_group(backend=backend)
+    t1 = time.time()
+    dist.all_reduce(torch.zeros(2, dtype=torch.float32), group=g)
+    t2 = time.time()
+    spans = _span((t0, t1)), _span((t1, t2))
+    destroy(g)
+    return spans
+
+
 def report(rendezvous_span, init_span, first_span) -> dict:
     """Reduces the start-up spans over all ranks, times Gloo's group
     creation and first all_reduce likewise, and gathers the largest per-rank
@@ -96,32 +110,19 @@ def report(rendezvous_span, init_span, first_span) -> dict:
     out = {"rendezvous_s": _span(rendezvous_span), "mccl_init_s": _span(init_span),
            "mccl_first_allreduce_s": _span(first_span)}
     out["mccl_resources_max"] = _max_over_ranks(resources())
-    dist.barrier()
-    t0 = time.time()
-    g = dist.new_group(backend="mccl")
-    t1 = time.time()
-    dist.all_reduce(torch.zeros(2, dtype=torch.float32), group=g)
-    t2 = time.time()
-    out["mccl_new_group_s"] = _span((t0, t1))
-    out["mccl_new_group_first_allreduce_s"] = _span((t1, t2))
-    dist.destroy_process_group(g)
-    dist.barrier()
-    t0 = time.time()
-    g = dist.new_group(backend="gloo")
-    t1 = time.time()
-    dist.all_reduce(torch.zeros(2, dtype=torch.float32), group=g)
-    t2 = time.time()
-    out["gloo_new_group_s"] = _span((t0, t1))
-    out["gloo_first_allreduce_s"] = _span((t1, t2))
     from .common import destroy_gloo
-    destroy_gloo(g)
+    mccl_spans = _timed_group("mccl", dist.destroy_process_group)
+    out["mccl_new_group_s"], out["mccl_new_group_first_allreduce_s"] = mccl_spans
+    out["gloo_new_group_s"], out["gloo_first_allreduce_s"] = _timed_group("gloo", destroy_gloo)
     if dist.get_rank() == 0:
         r = out["mccl_resources_max"]
+        ms = {k: v * 1e3 for k, v in out.items() if k.endswith("_s")}
         print(f"# start-up, {dist.get_world_size()} ranks (last rank's call to last return): TCPStore "
-              f"rendezvous {out['rendezvous_s'] * 1e3:.0f} ms; mccl init_process_group {out['mccl_init_s'] * 1e3:.0f} ms, first all_reduce "
-              f"{out['mccl_first_allreduce_s'] * 1e3:.1f} ms; mccl new_group {out['mccl_new_group_s'] * 1e3:.0f} ms, "
-              f"first all_reduce {out['mccl_new_group_first_allreduce_s'] * 1e3:.1f} ms; gloo new_group {out['gloo_new_group_s'] * 1e3:.0f} ms, "
-              f"first all_reduce {out['gloo_first_allreduce_s'] * 1e3:.1f} ms", flush=True)
+              f"rendezvous {ms['rendezvous_s']:.0f} ms; mccl init_process_group {ms['mccl_init_s']:.0f} ms, "
+              f"first all_reduce {ms['mccl_first_allreduce_s']:.1f} ms; mccl new_group "
+              f"{ms['mccl_new_group_s']:.0f} ms, first all_reduce {ms['mccl_new_group_first_allreduce_s']:.1f} ms; "
+              f"gloo new_group {ms['gloo_new_group_s']:.0f} ms, first all_reduce "
+              f"{ms['gloo_first_allreduce_s']:.1f} ms", flush=True)
         print(f"# per rank after start-up (largest over ranks): {r['threads']:.0f} threads, "
               f"{r['sockets']:.0f} sockets, {r['rss_MB']:.0f} MB resident", flush=True)
     return out

@@ -110,13 +110,9 @@ def _summary(runs: list[dict], names: list[str], seeds: list[int]) -> dict:
 
 
 def _plot(out: dict, path: str) -> None:
-    try:
-        import matplotlib
+    from .plot import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise SystemExit("--plot needs matplotlib: pip install matplotlib") from e
+    plt = pyplot()
     seeds = out["seeds"]
     fig, axes = plt.subplots(2, len(seeds), figsize=(4.2 * len(seeds), 6.4), squeeze=False, sharex=True)
     for col, seed in enumerate(seeds):
