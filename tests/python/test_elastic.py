@@ -121,6 +121,36 @@ def test_joiners_that_stop_waiting_are_not_admitted():
     del master
 
 
+def test_a_joiner_passed_over_asks_again():
+    # The members handled request k without admitting it (they saw it before
+    # it was whole, or its heartbeat late): the waiter registers again and is
+    # admitted at the next change instead of waiting until its timeout.
+    master, port = _store()
+    m = Membership(_client(port), "again")
+    got = {}
+
+    def wait():
+        w = Membership(_client(port), "again")
+        k = w.register("late")
+        got["result"] = w.wait_admitted("late", k, datetime.timedelta(seconds=20))
+
+    m.register("first")
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    end = time.monotonic() + 10
+    while m.requests() < 2 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert m.publish(0, {"members": ["first"], "admitted": 2}, "first")  # request 2 passed over
+    while m.requests() < 3 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert m.requests() == 3, "the passed-over joiner did not ask again"
+    assert [mid for _, mid in m.live_requests(3, 3, fresh_s=5.0)] == ["late"]
+    assert m.publish(1, {"members": ["first", "late"], "admitted": 3}, "first")
+    t.join(20)
+    assert got["result"][0] == 1 and got["result"][1]["members"] == ["first", "late"]
+    del master
+
+
 # -------------------------------------------------------------- end to end
 class Fleet:
     """Workers of one job: local processes, or worker i on host i of a

@@ -100,7 +100,13 @@ class Membership:
 
     def wait_admitted(self, member_id: str, k: int, timeout: timedelta,
                       poll_s: float = 0.02, beat_s: float = 0.5) -> tuple[int, dict]:
-        """Blocks until a generation lists `member_id` (beating for request k)."""
+        """Blocks until a generation lists `member_id` (beating for request k).
+
+        A generation that handled request k (its "admitted" count reached k)
+        without listing this member passed it over: the members saw the
+        request before it was whole, or its heartbeat late on a loaded
+        machine. The waiter then asks again (a new request), so a live
+        joiner is never forgotten."""
         end = time.monotonic() + timeout.total_seconds()
         seen = -1
         next_beat = time.monotonic() + beat_s
@@ -113,6 +119,8 @@ class Membership:
                 rec = self.generation(seen)
                 if member_id in rec["members"]:
                     return seen, rec
+                if int(rec.get("admitted", 0)) >= k:
+                    k = self.register(member_id)
             if time.monotonic() >= next_beat:
                 self.heartbeat(k)
                 next_beat = time.monotonic() + beat_s
