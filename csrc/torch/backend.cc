@@ -5,6 +5,8 @@
 
 #include "algo/collectives.h"
 #include "args.h"
+#include "callbacks.h"
+#include "util/params.h"
 #include "store_bridge.h"
 #include "work.h"
 
@@ -14,6 +16,14 @@ namespace {
 
 using c10d::OpType;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+// Every op starts here: the calling thread is about to use its device, so
+// the Futures of MPS ops it issued earlier are marked here, their callbacks
+// run in its order (callbacks.h). Then the op's arguments are checked.
+Args enter(const Communicator& comm, const char* op) {
+  runMarksOfThisThread();
+  return Args(comm, op);
+}
 
 // Runs `submit`, turning core usage errors into ValueError and the rest into
 // DistBackendError.
@@ -32,7 +42,8 @@ WorkPtr finish(const Communicator& comm, OpType type, const char* title,
                std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
                std::vector<std::shared_ptr<Work>> core, Staging staging) {
   auto work = c10::make_intrusive<WorkMCCL>(comm.rank(), type, title, std::move(outputs),
-                                            std::move(inputs), staging.devices());
+                                            std::move(inputs), staging.devices(),
+                                            staging.callbacksOnCaller());
   work->track(std::move(core), std::move(staging));
   return work;
 }
@@ -132,7 +143,8 @@ WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* ti
     pieces.push_back(std::move(st));
   }
   auto work = c10::make_intrusive<WorkMCCL>(comm_->rank(), type, title, std::vector<at::Tensor>{t},
-                                            std::vector<at::Tensor>{t}, pieces[0].devices());
+                                            std::vector<at::Tensor>{t}, pieces[0].devices(),
+                                            pieces[0].callbacksOnCaller());
   work->trackPieces(std::move(cores), std::move(pieces));
   return work;
 }
@@ -172,6 +184,7 @@ ProcessGroupMCCL::ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store,
   try {
     cfg = CommConfig::fromEnv(rank, size);
     for (const auto& [env, value] : settings) cfg.applySetting(env, value);
+    params::callbackDeadlineMs();  // read by the callback thread (callbacks.h): refused here
   } catch (const std::exception& e) {
     rethrowAsTorch(e);
   }
@@ -193,7 +206,7 @@ ProcessGroupMCCL::ProcessGroupMCCL(std::shared_ptr<Communicator> comm,
 c10::intrusive_ptr<c10d::Backend> ProcessGroupMCCL::shrink(const std::vector<int64_t>& ranksToExclude,
                                                            int shrinkFlags,
                                                            const c10::intrusive_ptr<Options>& optsOverride) {
-  Args a(*comm_, "shrink_group");
+  Args a = enter(*comm_, "shrink_group");
   constexpr int kShrinkAbort = 1;  // torch.distributed.SHRINK_ABORT
   TORCH_CHECK_VALUE(shrinkFlags == 0 || shrinkFlags == kShrinkAbort, a.who(), ": shrink_flags ",
                     shrinkFlags, " is neither SHRINK_DEFAULT (0) nor SHRINK_ABORT (1)");
@@ -252,7 +265,7 @@ WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
     co.timeout = opts.timeout;
     return allreduce_coalesced(tensors, co);
   }
-  Args a(*comm_, "allreduce");
+  Args a = enter(*comm_, "allreduce");
   a.single(tensors, "tensor");
   CoreReduce red = a.reduce(opts.reduceOp, tensors[0].scalar_type());
   const Timeout t = opTimeout(opts.timeout);
@@ -276,7 +289,7 @@ WorkPtr ProcessGroupMCCL::allreduce_sparse(std::vector<at::Tensor>& tensors,
 
 WorkPtr ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                               const c10d::AllreduceCoalescedOptions& opts) {
-  Args a(*comm_, "allreduce_coalesced");
+  Args a = enter(*comm_, "allreduce_coalesced");
   a.nonEmpty(tensors, "tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     a.tensor(tensors[i], at("tensors", i));
@@ -293,7 +306,7 @@ WorkPtr ProcessGroupMCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
 
 WorkPtr ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
                                     const c10d::BroadcastOptions& opts) {
-  Args a(*comm_, "broadcast");
+  Args a = enter(*comm_, "broadcast");
   a.single(tensors, "tensor");
   a.root(opts.rootRank, opts.rootTensor);
   // Not in pieces: on the 2-core CI machine a 64 MiB broadcast in 4 MiB
@@ -306,7 +319,7 @@ WorkPtr ProcessGroupMCCL::broadcast(std::vector<at::Tensor>& tensors,
 
 WorkPtr ProcessGroupMCCL::reduce(std::vector<at::Tensor>& tensors,
                                  const c10d::ReduceOptions& opts) {
-  Args a(*comm_, "reduce");
+  Args a = enter(*comm_, "reduce");
   a.single(tensors, "tensor");
   a.root(opts.rootRank, opts.rootTensor);
   CoreReduce red = a.reduce(opts.reduceOp, tensors[0].scalar_type());
@@ -320,7 +333,7 @@ WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& output
                                     std::vector<at::Tensor>& inputs,
                                     const c10d::AllgatherOptions& opts) {
   // torch: all_gather(tensor_list, tensor) reaches here as ([tensor_list], [tensor]).
-  Args a(*comm_, "allgather");
+  Args a = enter(*comm_, "allgather");
   a.single(inputs, "tensor");
   TORCH_CHECK_VALUE(outputs.size() == 1, a.who(), ": expected one output list, got ", outputs.size());
   auto& outs = outputs[0];
@@ -337,7 +350,7 @@ WorkPtr ProcessGroupMCCL::allgather(std::vector<std::vector<at::Tensor>>& output
 
 WorkPtr ProcessGroupMCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
                                           const c10d::AllgatherOptions& opts) {
-  Args a(*comm_, "allgather_into_tensor");
+  Args a = enter(*comm_, "allgather_into_tensor");
   a.tensor(input, "input");
   a.like(output, "output", input, "input", /*timesWorld=*/true);
   Staging st(a.who());
@@ -354,7 +367,7 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
                                               const c10d::AllgatherOptions& opts) {
   // torch's layout: output_tensor_lists[r][i] receives rank r's input i
   // (one list per rank, each as long as the input list).
-  Args a(*comm_, "allgather_coalesced");
+  Args a = enter(*comm_, "allgather_coalesced");
   const char* outName = "output_tensor_lists";
   a.nonEmpty(inputs, "input_tensor_list");
   TORCH_CHECK_VALUE(static_cast<int>(outputLists.size()) == a.size(), a.who(), ": ", outName,
@@ -389,7 +402,7 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
 WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllgatherOptions& opts) {
-  Args a(*comm_, "allgather_into_tensor_coalesced");
+  Args a = enter(*comm_, "allgather_into_tensor_coalesced");
   a.pairs(outputs.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     a.tensor(inputs[i], at("inputs", i));
@@ -410,7 +423,7 @@ WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor
 WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                  std::vector<at::Tensor>& inputs,
                                  const c10d::GatherOptions& opts) {
-  Args a(*comm_, "gather");
+  Args a = enter(*comm_, "gather");
   a.single(inputs, "tensor");
   a.root(opts.rootRank, 0);
   std::vector<at::Tensor> outs = a.rootList(outputs, opts.rootRank, inputs[0], "output");
@@ -430,7 +443,7 @@ WorkPtr ProcessGroupMCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
 WorkPtr ProcessGroupMCCL::scatter(std::vector<at::Tensor>& outputs,
                                   std::vector<std::vector<at::Tensor>>& inputs,
                                   const c10d::ScatterOptions& opts) {
-  Args a(*comm_, "scatter");
+  Args a = enter(*comm_, "scatter");
   a.single(outputs, "tensor");
   a.root(opts.rootRank, 0);
   std::vector<at::Tensor> ins = a.rootList(inputs, opts.rootRank, outputs[0], "input");
@@ -451,7 +464,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ReduceScatterOptions& opts) {
   // torch: reduce_scatter(output, input_list) reaches here as ([output], [input_list]).
-  Args a(*comm_, "reduce_scatter");
+  Args a = enter(*comm_, "reduce_scatter");
   a.single(outputs, "output");
   TORCH_CHECK_VALUE(inputs.size() == 1, a.who(), ": expected one input list, got ", inputs.size());
   a.perRank(inputs[0], "input list");
@@ -469,7 +482,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
 
 WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                const c10d::ReduceScatterOptions& opts) {
-  Args a(*comm_, "reduce_scatter_tensor");
+  Args a = enter(*comm_, "reduce_scatter_tensor");
   a.tensor(output, "output");
   a.like(input, "input", output, "output", /*timesWorld=*/true);
   CoreReduce red = a.reduce(opts.reduceOp, output.scalar_type());
@@ -486,7 +499,7 @@ WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& i
 WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::ReduceScatterOptions& opts) {
-  Args a(*comm_, "reduce_scatter_tensor_coalesced");
+  Args a = enter(*comm_, "reduce_scatter_tensor_coalesced");
   a.pairs(outputs.size(), inputs.size());
   std::vector<CoreReduce> reds;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -511,7 +524,7 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
                                         std::vector<int64_t>& outputSplitSizes,
                                         std::vector<int64_t>& inputSplitSizes,
                                         const c10d::AllToAllOptions& opts) {
-  Args a(*comm_, "alltoall_base");
+  Args a = enter(*comm_, "alltoall_base");
   a.tensor(input, "input");
   a.tensor(output, "output");
   a.sameDtype(output, "output", input, "input");
@@ -571,7 +584,7 @@ WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
                                    const c10d::AllToAllOptions& opts) {
   // torch: all_to_all(output_tensor_list, input_tensor_list): input i goes
   // to rank i, output i comes from rank i; sizes may differ per rank.
-  Args a(*comm_, "alltoall");
+  Args a = enter(*comm_, "alltoall");
   a.perRank(inputs, "input_tensor_list");
   a.perRank(outputs, "output_tensor_list");
   for (size_t p = 0; p < inputs.size(); ++p) {
@@ -597,7 +610,7 @@ WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
 }
 
 WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  Args a(*comm_, "send");
+  Args a = enter(*comm_, "send");
   a.single(tensors, "tensor");
   a.tag(tag);
   Staging st(a.who());
@@ -609,7 +622,7 @@ WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, in
 }
 
 WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  Args a(*comm_, "recv");
+  Args a = enter(*comm_, "recv");
   a.single(tensors, "tensor");
   a.tag(tag);
   Staging st(a.who());
@@ -621,7 +634,7 @@ WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, in
 }
 
 WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  Args a(*comm_, "recv");
+  Args a = enter(*comm_, "recv");
   a.single(tensors, "tensor");
   a.tag(tag);
   Staging st(a.who());
@@ -635,7 +648,7 @@ WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int ta
 }
 
 WorkPtr ProcessGroupMCCL::barrier(const c10d::BarrierOptions& opts) {
-  Staging st(Args(*comm_, "barrier").who());
+  Staging st(enter(*comm_, "barrier").who());
   auto w = submit(st, [=, this] { return mccl::barrier(*comm_, opTimeout(opts.timeout)); });
   return finish(*comm_, OpType::BARRIER, "mccl:barrier", {}, {}, {w}, std::move(st));
 }

@@ -70,6 +70,9 @@ class DeviceOps {
   // device-aware Future). If not (the fake device), completion waits for
   // the copies on the host first.
   virtual bool futureOrdersStreams() const { return true; }
+  // Whether the Future's callbacks must run where the device is safe to use
+  // rather than on MCCL's threads (MPS: one thread at a time; callbacks.h).
+  virtual bool callbacksOnCaller() const { return false; }
   // Waits, at most `bound`, until the copies this op queued have run, where
   // a queued copy does not keep its tensors alive (Metal's blits): an op
   // that failed between queueing and completion releases them only after.

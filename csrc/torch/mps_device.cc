@@ -102,6 +102,7 @@ class MpsDeviceOps final : public DeviceOps {
   void useOnSide(const at::Tensor&) override {}
   void withSideCurrent(const std::function<void()>& fn) override { fn(); }
   bool futureOrdersStreams() const override { return false; }
+  bool callbacksOnCaller() const override { return true; }
   void drain(std::chrono::milliseconds bound) override {
     auto until = std::chrono::steady_clock::now() + bound;
     while (port_->copyValue() < lastCopy_ && std::chrono::steady_clock::now() < until) {

@@ -238,12 +238,13 @@ void Staging::finish(bool error, const std::function<void()>& complete) {
 
 WorkMCCL::WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,
                    std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
-                   std::vector<c10::Device> devices)
+                   std::vector<c10::Device> devices, bool callbacksOnCaller)
     : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(inputs)),
       outputs_(std::move(outputs)),
       inputs_(std::move(inputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()), std::move(devices))) {}
+          c10::ListType::create(c10::TensorType::get()), std::move(devices))),
+      issuer_(callbacksOnCaller ? thisThreadIssuer() : nullptr) {}
 
 WorkMCCL::~WorkMCCL() = default;
 
@@ -325,19 +326,35 @@ void WorkMCCL::onCoreDone() {
 }
 
 void WorkMCCL::markDone(std::exception_ptr error) {
+  auto mark = [future = future_, outputs = outputs_, error] {
+    if (error) {
+      future->setError(error);
+    } else {
+      future->markCompleted(c10::IValue(outputs));
+    }
+  };
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (completed_) return;
     completed_ = true;
     exception_ = error;
     done_ = lastStaging().device() ? lastStaging().device()->done() : nullptr;
+    // MPS: the results are in place and the Work is complete; the Future's
+    // callbacks wait for a place where MPS is safe (callbacks.h).
+    if (issuer_) mark_ = deferMark(issuer_, mark);
   }
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
+  if (!issuer_) mark();
   cv_.notify_all();
+}
+
+void WorkMCCL::runMarkHere() {
+  std::shared_ptr<PendingMark> mark;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    mark = mark_;
+  }
+  if (mark) mark->runHere(mark->issuer() == thisThreadIssuer() ? MarkedOn::kIssuer : MarkedOn::kWaiter);
+  runMarksOfThisThread();
 }
 
 void WorkMCCL::synchronize() {
@@ -350,8 +367,12 @@ void WorkMCCL::synchronize() {
 }
 
 bool WorkMCCL::isCompleted() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!completed_) return false;
+  }
+  runMarkHere();  // a complete Work has a complete Future
+  return true;
 }
 
 bool WorkMCCL::isSuccess() const {
@@ -381,13 +402,19 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   } else {
     cv_.wait(lock, [&] { return completed_; });
   }
+  lock.unlock();
+  runMarkHere();  // the Future is complete when wait() returns, errors too
+  lock.lock();
   if (exception_) std::rethrow_exception(exception_);
   lock.unlock();
   synchronize();  // device ops: the caller's stream waits for the results
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> WorkMCCL::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> WorkMCCL::getFuture() {
+  runMarksOfThisThread();
+  return future_;
+}
 
 std::exception_ptr toTorchError(const std::exception_ptr& e) {
   try {

@@ -4,9 +4,11 @@
 // connection thread, the engine or the watchdog thread). Completion first copies staged outputs
 // back into the caller's tensors, then marks the Work and its Future; so
 // whoever waits (Work::wait, DDP's future->wait(), a then() callback) sees
-// final values. Future callbacks therefore run on MCCL threads: for devices
-// whose host waits for the copies (MPS), on the one completion thread
-// (completer.h), never on a network thread.
+// final values. Future callbacks therefore run on MCCL threads (CPU and
+// CUDA ops; never a network thread for device ops) -- except MPS ops, whose
+// Future is marked where MPS is safe (callbacks.h): on the issuing thread at
+// its next MCCL call, on a thread waiting through MCCL, or once the issuing
+// thread is parked.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -19,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "callbacks.h"
 #include "comm/work.h"
 #include "device.h"
 #include "util/dtype.h"
@@ -85,6 +88,9 @@ class Staging {
   // may read the inputs.
   const std::shared_ptr<DeviceStage>& device() const { return dev_; }
   std::vector<c10::Device> devices() const;
+  // Whether the op's Future callbacks must run where the device is safe to
+  // use (MPS: callbacks.h).
+  bool callbacksOnCaller() const { return dev_ && dev_->ops().callbacksOnCaller(); }
   const std::string& who() const { return who_; }
 
  private:
@@ -101,9 +107,11 @@ class WorkMCCL : public c10d::Work {
  public:
   // `devices` (empty for CPU ops) makes the Future device-aware: its waiters'
   // current streams wait for the results instead of the host.
+  // `callbacksOnCaller`: the Future is marked where MPS is safe
+  // (callbacks.h), not by the MCCL thread that completes the op.
   WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,
            std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
-           std::vector<c10::Device> devices = {});
+           std::vector<c10::Device> devices = {}, bool callbacksOnCaller = false);
   ~WorkMCCL() override;
 
   // Completes when every core op does; call once, after construction.
@@ -126,6 +134,8 @@ class WorkMCCL : public c10d::Work {
   void onCoreDone();
   // Marks Work and Future (once); device ops: on the completion thread.
   void markDone(std::exception_ptr error);
+  // The Future's deferred mark, run on the calling thread if still pending.
+  void runMarkHere();
   Staging& lastStaging() { return pieces_.empty() ? staging_ : pieces_.back(); }
 
   std::vector<at::Tensor> outputs_;
@@ -137,6 +147,8 @@ class WorkMCCL : public c10d::Work {
   EventPtr done_;  // device ops: results are in place when this completes
   std::atomic<int> pending_{0};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<Issuer> issuer_;    // set: the Future's mark is deferred
+  std::shared_ptr<PendingMark> mark_;  // once complete (under mutex_)
   std::string description_;
 };
 

@@ -46,9 +46,24 @@ def test_fake_mps_every_collective(mode):
 
 def test_fake_mps_slow_copy_does_not_block_the_network():
     # Results take 3 s to reach the fake device: a barrier on the same
-    # connections completes meanwhile; the Future's callback runs on MCCL's
-    # completion thread.
+    # connections completes meanwhile; the Future's callback waits for the
+    # issuing thread (Work.wait), never on a network thread.
     run_workers("slow_device.py", 2, env=FAKE_MPS["private"], timeout=120)
+
+
+@pytest.mark.parametrize("mode", ["shared", "private"])
+def test_fake_mps_callbacks_run_where_mps_is_safe(mode):
+    # A Future's then() callback never runs on an MCCL thread while the
+    # issuing thread computes: on that thread at its next MCCL call or
+    # Work.wait(), on the callback thread once it blocks (DDP's reducer with
+    # fp16_compress_hook, against Gloo).
+    outs = run_workers("mps_callbacks.py", 2, env=FAKE_MPS[mode], timeout=180)
+    assert "callback counts" in outs[0]
+
+
+def test_fake_mps_callbacks_past_the_deadline():
+    run_workers("mps_callbacks.py", 2, "deadline",
+                env=dict(FAKE_MPS["private"], MCCL_CALLBACK_DEADLINE_MS="200"), timeout=120)
 
 
 @pytest.mark.parametrize("piece", ["4M", "64K"])

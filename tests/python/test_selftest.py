@@ -37,6 +37,10 @@ def test_selftest_through_the_fake_metal_port():
     assert rc == 0, out
     assert "fake_device          mps-private:50" in out
     assert "Metal port of rank 0: {'fences':" in out, out[-2000:]
+    # then() callbacks ran where MPS is safe: this thread, or the callback
+    # thread while it waited.
+    line = next(x for x in out.splitlines() if "Future callbacks that run kernels" in x)
+    assert line.strip().startswith("ok") and "other MCCL thread" not in line, line
 
 
 @pytest.mark.parametrize("fault,check", [("all_reduce", "all_reduce float32"),

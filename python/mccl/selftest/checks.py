@@ -214,6 +214,35 @@ def stream_order_checks(c: Checks) -> None:
             want = float(w * (w - 1) // 2 + w * i)
             c.expect(bool((x.cpu() == want).all()), f"async all_reduce #{i}")
 
+    def callbacks_run_kernels():
+        # then() callbacks that run kernels on the results (as DDP comm hooks
+        # do), while this thread keeps queueing kernels. On MPS they must run
+        # on this thread or on MCCL's callback thread once this one waits:
+        # PyTorch's MPS is unsafe from two threads at once (docs/mps.md).
+        import threading
+
+        import mccl
+        me, where = threading.get_native_id(), []
+
+        def double(f):
+            where.append("issuer" if threading.get_native_id() == me else
+                         "callback thread" if mccl._C._on_callback_thread() else "other MCCL thread")
+            return f.value()[0] * 2.0
+
+        chained = []
+        for i in range(4):
+            x = torch.full((4099,), float(r + i), device=dev)
+            chained.append((dist.all_reduce(x, async_op=True).get_future().then(double), i))
+            for _ in range(20):
+                _ = torch.ones(1024, device=dev) * i  # this thread keeps the device busy
+        for f, i in chained:
+            want = 2.0 * float(w * (w - 1) // 2 + w * i)
+            c.expect(bool((f.wait().cpu() == want).all()), f"then() callback result #{i}")
+        if dev.type == "mps" or mccl._C._mps_port_stats() is not None:  # a Mac, or the fake Metal port
+            c.expect("other MCCL thread" not in where, f"MPS callbacks ran on {where}")
+        return ", ".join(sorted(set(where)))
+
     c.run("trap: kernel writes the input right before the call", kernel_writes_input)
     c.run("trap: kernel reads the output right after the call", kernel_reads_output)
     c.run("async ops in flight (Work.wait and Future)", async_ops)
+    c.run("Future callbacks that run kernels", callbacks_run_kernels)
