@@ -1,5 +1,6 @@
 #include "callbacks.h"
 
+#include <Python.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -221,11 +222,20 @@ PendingMark::PendingMark(std::shared_ptr<Issuer> issuer, std::function<void()> m
 
 void PendingMark::runHere(MarkedOn where) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (state_ != State::kPending) {
+  if (state_ == State::kDone || runner_ == std::this_thread::get_id()) return;  // (a callback of its own)
+  if (state_ == State::kRunning) {
+    // Another thread runs it. Its callbacks may want the GIL: never wait
+    // for them holding it.
+    lock.unlock();
+    PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+    lock.lock();
     cv_.wait(lock, [&] { return state_ == State::kDone; });
+    lock.unlock();
+    if (saved != nullptr) PyEval_RestoreThread(saved);
     return;
   }
   state_ = State::kRunning;
+  runner_ = std::this_thread::get_id();
   auto mark = std::move(mark_);
   lock.unlock();
   auto& c = counts();
@@ -240,6 +250,11 @@ void PendingMark::runHere(MarkedOn where) {
   state_ = State::kDone;
   gLive.fetch_sub(1);
   cv_.notify_all();
+}
+
+bool PendingMark::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_ == State::kPending;
 }
 
 bool PendingMark::done() const {
@@ -259,7 +274,9 @@ std::shared_ptr<PendingMark> deferMark(std::shared_ptr<Issuer> issuer, std::func
 void runMarksOfThisThread() {
   if (tIsCallbackThread || gLive.load() == 0) return;  // (a callback calling MCCL: the loop goes on)
   for (const auto& m : registry().snapshot()) {
-    if (!m->done() && m->issuer()->isThisThread()) m->runHere(MarkedOn::kIssuer);
+    // Only marks nobody runs yet: one that runs (on the callback thread, or
+    // further up this thread's stack) goes on there.
+    if (m->pending() && m->issuer()->isThisThread()) m->runHere(MarkedOn::kIssuer);
   }
 }
 

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 namespace mccl::torch_adapter {
 
@@ -43,9 +44,11 @@ class PendingMark {
  public:
   PendingMark(std::shared_ptr<Issuer> issuer, std::function<void()> mark);
   // Runs the mark on the calling thread unless it ran or runs elsewhere; in
-  // any case returns once it has run.
+  // any case returns once it has run (at once when this thread runs it
+  // further up its stack: a callback waiting for its own op).
   void runHere(MarkedOn where);
   bool done() const;
+  bool pending() const;
   const std::shared_ptr<Issuer>& issuer() const { return issuer_; }
   int64_t ageMs() const;
 
@@ -57,6 +60,7 @@ class PendingMark {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   State state_ = State::kPending;
+  std::thread::id runner_;
 };
 
 // Completion thread: the op is complete; `mark` marks its Future. Returns

@@ -115,6 +115,16 @@ assert len(records) == 1 and records[0][:3] == (False, True, False) and records[
 assert torch.equal(c3.value(), 2 * want(97, 4))
 assert waited < 5, waited
 
+# 3b. A callback that waits for its own op, or asks whether it is complete
+#     (through MCCL, on whichever thread runs it): no deadlock.
+w4 = dist.all_reduce(data(11, 6), async_op=True)
+c4 = w4.get_future().then(lambda f: (w4.wait(), w4.is_completed(), f.value()[0] * 2)[2])
+assert torch.equal(c4.wait(), 2 * want(11, 6))
+w4b = dist.all_reduce(data(11, 7), async_op=True)
+c4b = w4b.get_future().then(lambda f: (w4b.wait(), f.value()[0] * 2)[1])
+w4b.wait()  # runs the callback here, which waits for its own op
+assert torch.equal(c4b.value(), 2 * want(11, 7))
+
 # 4. DDP with a comm hook whose callback runs a kernel (fp16 decompression):
 #    no deadlock, the same parameters as with Gloo, nothing at the deadline.
 torch.manual_seed(0)
