@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -84,6 +85,26 @@ def _doctor(a, argv) -> int:
 
 def _plan(a) -> int:
     from . import plan
+
+    if a.validate_collectives:
+        net = plan.inputs_from_files(None, a.tune, None, None)
+        alpha = a.alpha_us if a.alpha_us is not None else net.get("alpha_us", 50.0)
+        over = a.overhead_us if a.overhead_us is not None else net.get("overhead_us", 10.0)
+        beta = 8.0 / a.link_gbit if a.link_gbit else net.get("beta_ns_per_byte")
+        runs = {}
+        for path in a.validate_collectives:
+            with open(path) as f:
+                runs[os.path.basename(path)] = json.load(f)
+        try:
+            rows = plan.validate_collectives(runs, alpha, over, beta, a.min_bytes, a.backend)
+        except ValueError as e:
+            print(f"mccl plan --validate-collectives: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(rows, indent=1) if a.json else
+              f"mccl plan --validate-collectives: the ring all-reduce term, alpha {alpha:g} us, o {over:g} us, "
+              f"{a.backend}'s all_reduce of at least {a.min_bytes} bytes\n"
+              + plan.render_collective_validation(rows))
+        return 0
 
     if a.validate:
         with open(a.validate) as f:
@@ -265,6 +286,12 @@ def parser() -> argparse.ArgumentParser:
                     help="instead of projecting: predict the step time of every multi-rank run in this "
                          "mccl-bench scaling --json file from its one-rank run, its DDP bucket size and "
                          "the network (--link-gbit/--alpha-us or --tune), and print the error")
+    pl.add_argument("--validate-collectives", nargs="+", metavar="BENCH_JSON",
+                    help="instead of projecting: the plan's ring all-reduce time against every all_reduce "
+                         "in these mccl-bench --json files (the links' goodput from each file where it was "
+                         "measured, else --link-gbit or --tune), with the error")
+    pl.add_argument("--min-bytes", type=int, default=1 << 20,
+                    help="--validate-collectives: the smallest all_reduce compared (default 1 MiB)")
     pl.add_argument("--layers", type=int,
                     help="layers whose gradients become ready one after another in backward "
                          "(with --bucket-mb, or --validate where the ViT preset's depth is the default)")

@@ -59,12 +59,16 @@ class Inputs:
     sources: dict = field(default_factory=dict)  # where each input came from
 
 
-def comm_seconds(inp: Inputs, n: int) -> float:
+def ring_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float, beta_ns_per_byte: float) -> float:
+    """The plan's ring all-reduce of `nbytes` on n machines."""
     if n <= 1:
         return 0.0
-    grad = 4.0 * inp.params
-    a, o, b = inp.alpha_us * 1e-6, inp.overhead_us * 1e-6, inp.beta_ns_per_byte * 1e-9
-    return 2 * (n - 1) * (a + max(2 * o, grad / n * b))
+    a, o, b = alpha_us * 1e-6, overhead_us * 1e-6, beta_ns_per_byte * 1e-9
+    return 2 * (n - 1) * (a + max(2 * o, nbytes / n * b))
+
+
+def comm_seconds(inp: Inputs, n: int) -> float:
+    return ring_seconds(4.0 * inp.params, n, inp.alpha_us, inp.overhead_us, inp.beta_ns_per_byte)
 
 
 def project(inp: Inputs, n: int) -> dict:
@@ -102,7 +106,7 @@ def bucket_exposed(inp: Inputs, n: int, bucket_bytes: float, backward_share: flo
     grad = 4.0 * inp.params
     k = max(1, math.ceil(grad / bucket_bytes))
     a, o, b = inp.alpha_us * 1e-6, inp.overhead_us * 1e-6, inp.beta_ns_per_byte * 1e-9
-    per_bucket = 2 * (n - 1) * (a + max(2 * o, grad / k / n * b))
+    per_bucket = ring_seconds(grad / k, n, inp.alpha_us, inp.overhead_us, inp.beta_ns_per_byte)
     backward = backward_share * inp.compute_s
     forward = inp.compute_s - backward
     finish = 0.0
@@ -136,6 +140,44 @@ def validate(scaling: dict, alpha_us: float, overhead_us: float, beta_ns_per_byt
                      "predicted_s": predicted, "error": predicted / r["step_s"] - 1,
                      "comm_s": comm_seconds(inp, r["world"]), "layers": layers})
     return rows
+
+
+def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: float,
+                         beta_ns_per_byte: float | None, min_bytes: int = 1 << 20,
+                         backend: str = "mccl") -> list[dict]:
+    """The plan's ring all-reduce (the term every step's communication is
+    made of) against measured all_reduce times: every all_reduce row of at
+    least `min_bytes` in each ``mccl-bench --json`` file of `runs` (name ->
+    its JSON). The links' rate is the file's measured goodput where it has
+    one, else `beta_ns_per_byte`."""
+    rows = []
+    for name, run in runs.items():
+        for r in run.get("results", []):
+            if r.get("op") != "all_reduce" or r["bytes"] < min_bytes or backend not in r:
+                continue
+            goodput = r.get("goodput_GBps")
+            beta = 1.0 / goodput if goodput else beta_ns_per_byte
+            if beta is None:
+                raise ValueError(f"{name} has no measured goodput: give the links' rate")
+            n = int(r.get("world") or run["meta"]["world"])
+            measured = r[backend]["time_us"] * 1e-6
+            predicted = ring_seconds(r["bytes"], n, alpha_us, overhead_us, beta)
+            rows.append({"file": name, "world": n, "bytes": r["bytes"], "measured_s": measured,
+                         "predicted_s": predicted, "error": predicted / measured - 1,
+                         "goodput_GBps": 1.0 / beta, "goodput_measured": bool(goodput)})
+    if not rows:
+        raise ValueError(f"no {backend} all_reduce of at least {min_bytes} bytes in {', '.join(runs)}")
+    return sorted(rows, key=lambda x: (x["world"], x["bytes"]))
+
+
+def render_collective_validation(rows: list[dict]) -> str:
+    lines = [f"{'N':>3} {'size':>8} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>7}  goodput"]
+    for r in rows:
+        size = f"{r['bytes'] / 2**20:g} MiB"
+        lines.append(f"{r['world']:>3} {size:>8} {r['measured_s'] * 1000:>14.1f} {r['predicted_s'] * 1000:>15.1f} "
+                     f"{100 * r['error']:>+6.1f}%  {r['goodput_GBps']:.4f} GB/s "
+                     f"({'measured' if r['goodput_measured'] else 'given'}; {r['file']})")
+    return "\n".join(lines)
 
 
 def render_validation(rows: list[dict]) -> str:

@@ -220,3 +220,33 @@ def test_scaling_report_cli(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling-report", str(bad)], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode != 0 and "no runs" in p.stderr
+
+
+def test_ring_term_against_the_recorded_lab_runs():
+    # The plan's ring all-reduce against MCCL's all_reduce as measured on the
+    # labs (4 to 48 hosts, docs/data): recorded numbers, so this is exact, not
+    # timed. The bandwidth term holds within 10 % at every N from 8 MiB up.
+    from pathlib import Path
+    data = Path(__file__).resolve().parents[2] / "docs" / "data"
+    names = ["wire_int8_n4_r1.json", "wire_int8_n8_h200_r1.json"] + [f"scale_n{n}_h200.json" for n in (16, 24, 32, 48)]
+    runs = {n: json.loads((data / n).read_text()) for n in names}
+    rows = plan.validate_collectives(runs, alpha_us=30.0, overhead_us=10.0, beta_ns_per_byte=8 / 0.948)
+    assert sorted({r["world"] for r in rows}) == [4, 8, 16, 24, 32, 48]
+    large = [r for r in rows if r["bytes"] >= 8 << 20]
+    assert len(large) >= 7 and all(abs(r["error"]) <= 0.10 for r in large), large
+    # The 4-host file carries its measured goodput, which wins over the given rate.
+    assert all(r["goodput_measured"] for r in rows if r["world"] == 4)
+    with pytest.raises(ValueError, match="no measured goodput"):
+        plan.validate_collectives({"n48": runs["scale_n48_h200.json"]}, 30.0, 10.0, None)
+
+
+def test_validate_collectives_cli(tmp_path):
+    from pathlib import Path
+    f = Path(__file__).resolve().parents[2] / "docs" / "data" / "scale_n24_h200.json"
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate-collectives", str(f),
+                        "--link-gbit", "0.948", "--alpha-us", "30"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert " 24   64 MiB         1098.6" in p.stdout and "-1.1%" in p.stdout, p.stdout
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate-collectives", str(f)],
+                       capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HOME": str(tmp_path)})
+    assert p.returncode == 2 and "no measured goodput" in p.stderr, p.stdout + p.stderr
