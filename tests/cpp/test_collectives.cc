@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <string>
 
 #include "algo/model.h"
@@ -82,6 +83,67 @@ TEST(Allreduce, Ring) { allreduceSweep("allreduce=ring"); }
 TEST(Allreduce, RingPipelinedStriped) { allreduceSweep("allreduce=ring", pipelined); }
 TEST(Allreduce, RecursiveDoubling) { allreduceSweep("allreduce=recursive_doubling"); }
 TEST(Allreduce, Direct) { allreduceSweep("allreduce=direct"); }
+TEST(Allreduce, Bruck) { allreduceSweep("allreduce=bruck"); }
+
+// A cost model under which bruckRadix picks radix k on n ranks for small
+// buffers: per-message CPU cost against latency decides between more rounds
+// (k = 2) and more messages per round (k = n: the direct exchange).
+CostModel radixModel(int k, int n) {
+  for (double alpha : {0.0, 1.0, 3.0, 10.0, 20.0, 30.0, 60.0, 100.0, 300.0, 1e4}) {
+    CostModel m{.alphaUs = alpha, .overheadUs = 10.0, .betaNsPerByte = 0.8, .gammaNsPerByte = 0.1};
+    if (algo::bruckRadix(m, 8, n) == k) return m;
+  }
+  ADD_FAILURE() << "no model picks radix " << k << " on " << n << " ranks";
+  return CostModel{};
+}
+
+// Bruck's radix from 2 (log2 n rounds) to n (one round), on odd, prime and
+// large groups: exact against the references, and float32 sums bit-identical
+// on every rank to the fold in rank order (what the direct exchange gives).
+TEST(Allreduce, BruckEveryRadixOnLargeGroups) {
+  struct Case {
+    int n, k;
+  };
+  for (Case c : std::vector<Case>{{2, 2}, {3, 3}, {5, 2}, {7, 3}, {12, 2}, {12, 12}, {17, 2}, {17, 3},
+                                  {17, 17}, {33, 2}, {33, 4}, {64, 2}, {64, 4}}) {
+    CostModel m = radixModel(c.k, c.n);
+    runRanks(c.n, [&](Communicator& comm) {
+      ASSERT_EQ(algo::bruckRadix(comm.model(), 8, comm.size()), c.k);
+      int salt = 0;
+      for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kFloat16, DataType::kBool}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          if (!reduceSupported(dt, op)) continue;
+          for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{13}}) checkAllreduce(comm, dt, op, count, ++salt);
+        }
+      }
+      // float32 values whose sum depends on the order: every rank must hold
+      // the rank-order fold, bit for bit.
+      const size_t count = 7;
+      std::vector<float> mine(count), want(count);
+      auto v = [](int r, size_t i) {
+        return (r % 3 == 0 ? 1e7f : 1.0f) * static_cast<float>((r * 7 + static_cast<int>(i)) % 11) / 3.0f;
+      };
+      for (size_t i = 0; i < count; ++i) {
+        mine[i] = v(comm.rank(), i);
+        float acc = v(0, i);
+        for (int r = 1; r < comm.size(); ++r) acc += v(r, i);
+        want[i] = acc;
+      }
+      AllreduceOptions o;
+      o.buf = mine.data();
+      o.count = count;
+      allreduce(comm, o)->wait();
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(std::memcmp(&mine[i], &want[i], sizeof(float)), 0)
+            << "rank " << comm.rank() << "/" << comm.size() << " k " << c.k << " at " << i << ": "
+            << mine[i] << " want " << want[i];
+      }
+    }, [&](CommConfig& cfg) {
+      cfg.algo = "allreduce=bruck";
+      cfg.model = m;
+    }, std::chrono::seconds(300));
+  }
+}
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
 
 // Same-host reads (the ranks are threads of one process, which can always

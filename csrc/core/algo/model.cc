@@ -86,6 +86,43 @@ double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n
   return rounds * stepSeconds(m, static_cast<double>(bytes), 1);
 }
 
+namespace {
+
+// Bruck's all-gather of n blocks of `bytes` in radix k, then folding them.
+double bruckSeconds(const CostModel& m, double bytes, int n, int64_t k) {
+  const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
+  const double b = m.betaNsPerByte * 1e-9, g = m.gammaNsPerByte * 1e-9;
+  double t = 0;
+  for (int64_t d = 1; d < n; d *= k) {
+    // Peers i = 1 .. k-1 with i*d < n; together they bring the blocks
+    // [d, min(k*d, n)).
+    const double msgs = static_cast<double>(std::min<int64_t>(k - 1, (n - 1) / d));
+    const double blocks = static_cast<double>(std::min<int64_t>((k - 1) * d, n - d));
+    t += a + std::max(2 * msgs * o, blocks * bytes * b);
+  }
+  return t + (n - 1) * bytes * g;
+}
+
+}  // namespace
+
+int bruckRadix(const CostModel& m, size_t bytes, int n) {
+  int best = 2;
+  double bestTime = bruckSeconds(m, static_cast<double>(bytes), n, 2);
+  for (int k = 3; k <= n; ++k) {
+    const double t = bruckSeconds(m, static_cast<double>(bytes), n, k);
+    if (t < bestTime) {
+      best = k;
+      bestTime = t;
+    }
+  }
+  return best;
+}
+
+double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  if (n <= 1) return 0.0;
+  return bruckSeconds(m, static_cast<double>(bytes), n, bruckRadix(m, bytes, n));
+}
+
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes) {
   if (n <= 1) return 0.0;
   return chainSeconds(m, OpKind::kBroadcast, static_cast<double>(bytes), n,

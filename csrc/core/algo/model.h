@@ -22,6 +22,12 @@ double predictSeconds(const CostModel& m, OpKind op, Algo algo, size_t bytes, in
 double allreduceRingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double allreduceDirectSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+// Bruck's all-gather in radix k, then a local fold (allreduce_bruck.cc): the
+// radix in [2, n] the model finds fastest for `bytes` on n ranks (the
+// smallest on ties; every rank computes the same from the agreed model),
+// and the time at that radix.
+int bruckRadix(const CostModel& m, size_t bytes, int n);
+double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double reduceChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);

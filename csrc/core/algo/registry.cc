@@ -9,6 +9,7 @@ namespace mccl::algo {
 Task allreduceRing(OpContext& ctx, AllreduceOptions o);
 Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o);
 Task allreduceDirect(OpContext& ctx, AllreduceOptions o);
+Task allreduceBruck(OpContext& ctx, AllreduceOptions o);
 Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
 Task broadcastChain(OpContext& ctx, BroadcastOptions o);
 Task reduceBinomial(OpContext& ctx, ReduceOptions o);
@@ -40,6 +41,7 @@ const std::vector<Algorithm>& algorithms() {
         {Algo::kRecursiveDoubling, OpKind::kAllreduce, "recursive_doubling",
          allreduceRecursiveDoubling, allreduceRecursiveDoublingSeconds},
         {Algo::kDirect, OpKind::kAllreduce, "direct", allreduceDirect, allreduceDirectSeconds, true},
+        {Algo::kBruck, OpKind::kAllreduce, "bruck", allreduceBruck, allreduceBruckSeconds, true},
         {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},
         {Algo::kChain, OpKind::kBroadcast, "chain", broadcastChain, broadcastChainSeconds},
         {Algo::kBinomial, OpKind::kReduce, "binomial", reduceBinomial, reduceBinomialSeconds},

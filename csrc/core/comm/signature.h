@@ -23,6 +23,7 @@ enum class Algo : uint8_t {
   kChain = 5,
   kPairwise = 6,
   kDissemination = 7,
+  kBruck = 8,
 };
 // "ring"; "none" for kNone; "algorithm #N" for an id no table names.
 std::string algoName(Algo a);
