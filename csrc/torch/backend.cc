@@ -184,7 +184,7 @@ ProcessGroupMCCL::ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store,
   try {
     cfg = CommConfig::fromEnv(rank, size);
     for (const auto& [env, value] : settings) cfg.applySetting(env, value);
-    params::callbackDeadlineMs();  // read by the callback thread (callbacks.h): refused here
+    setCallbackDeadlineMs(params::callbackDeadlineMs());  // for the callback runners (callbacks.h)
   } catch (const std::exception& e) {
     rethrowAsTorch(e);
   }

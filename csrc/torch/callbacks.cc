@@ -1,30 +1,22 @@
 #include "callbacks.h"
 
 #include <Python.h>
-#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <ctime>
-#include <string>
-#include <thread>
+#include <deque>
 #include <utility>
 #include <vector>
 
-#if defined(__APPLE__)
-#include <mach/mach.h>
-#elif defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
+#include "thread_census.h"
 #include "util/logging.h"
 #include "util/params.h"
 #include "util/thread_name.h"
 
 namespace mccl::torch_adapter {
+
+class Issuer {};
 
 namespace {
 
@@ -34,102 +26,64 @@ int64_t nowNs() {
       .count();
 }
 
-// How long the issuing thread must stay parked before the callback thread
-// marks its Futures.
-constexpr int64_t kParkedNs = 1'000'000;
+// How long every other thread must stay still before a runner marks a Future.
+constexpr int64_t kStillNs = 1'000'000;
+// Runner threads at most (each one busy is a callback waiting for another op).
+constexpr size_t kMaxRunners = 16;
 
-// What the kernel says of a thread: whether it is running (or runnable) and
-// the CPU time it has used. False when the thread is gone.
-struct ThreadProbe {
-#if defined(__APPLE__)
-  mach_port_t port = pthread_mach_thread_np(pthread_self());
-  bool sample(bool* running, int64_t* cpuNs) const {
-    thread_basic_info_data_t info;
-    mach_msg_type_number_t count = THREAD_BASIC_INFO_COUNT;
-    if (thread_info(port, THREAD_BASIC_INFO, reinterpret_cast<thread_info_t>(&info), &count) !=
-        KERN_SUCCESS) {
-      return false;
-    }
-    *running = info.run_state == TH_STATE_RUNNING;
-    *cpuNs = (static_cast<int64_t>(info.user_time.seconds) + info.system_time.seconds) * 1'000'000'000 +
-             (static_cast<int64_t>(info.user_time.microseconds) + info.system_time.microseconds) * 1'000;
-    return true;
-  }
-#elif defined(__linux__)
-  pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
-  clockid_t clock = [] {
-    clockid_t c;
-    return pthread_getcpuclockid(pthread_self(), &c) == 0 ? c : CLOCK_THREAD_CPUTIME_ID;
-  }();
-  bool sample(bool* running, int64_t* cpuNs) const {
-    if (clock == CLOCK_THREAD_CPUTIME_ID) return false;  // no clock for it: treat as gone
-    timespec ts{};
-    if (clock_gettime(clock, &ts) != 0) return false;
-    *cpuNs = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-    std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
-    FILE* f = std::fopen(path.c_str(), "r");
-    if (f == nullptr) return false;
-    char buf[512];
-    size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    buf[n] = '\0';
-    // "tid (comm) S ...": the state follows the last ')' (comm may hold one).
-    const char* close = nullptr;
-    for (const char* p = buf; *p != '\0'; ++p) {
-      if (*p == ')') close = p;
-    }
-    if (close == nullptr || close[1] == '\0' || close[2] == '\0') return false;
-    *running = close[2] == 'R';
-    return true;
-  }
-#else
-  bool sample(bool* running, int64_t* cpuNs) const {
-    *running = true;  // unknown: never taken for parked (the deadline applies)
-    *cpuNs = 0;
-    return true;
-  }
-#endif
-};
-
-}  // namespace
-
-class Issuer {
- public:
-  // Callback thread only: whether this thread has been parked for
-  // kParkedNs (or is gone).
-  bool parked(int64_t now) {
-    bool running = false;
-    int64_t cpu = 0;
-    if (!probe_.sample(&running, &cpu)) return true;
-    if (running || cpu != lastCpu_ || stillSince_ == 0) {
-      lastCpu_ = cpu;
-      stillSince_ = running ? 0 : now;
-      return false;
-    }
-    return now - stillSince_ >= kParkedNs;
-  }
-  bool isThisThread() const { return self_ == std::this_thread::get_id(); }
-
- private:
-  ThreadProbe probe_;
-  std::thread::id self_ = std::this_thread::get_id();
-  int64_t lastCpu_ = -1;
-  int64_t stillSince_ = 0;
-};
-
-namespace {
-
-thread_local bool tIsCallbackThread = false;
+thread_local bool tIsRunner = false;
+// Inside a callback a runner runs: the issuer of that callback's op.
+thread_local std::shared_ptr<Issuer> tRunningFor;
 // Marks not yet run: MCCL entry points look no further while it is zero.
 std::atomic<int64_t> gLive{0};
+std::atomic<int64_t> gDeadlineMs{params::spec::callbackDeadlineMs.def};
 
 struct Counts {
-  std::atomic<int64_t> onIssuer{0}, onWaiter{0}, whileParked{0}, atDeadline{0};
+  std::atomic<int64_t> onIssuer{0}, onWaiter{0}, whileQuiet{0}, atDeadline{0};
 };
 Counts& counts() {
   static auto* c = new Counts();
   return *c;
 }
+
+// Runner threads: each takes one mark at a time. A runner whose callback
+// waits (for an op it issued) leaves the next mark to another runner.
+class Runners {
+ public:
+  void run(std::shared_ptr<PendingMark> m, MarkedOn where) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(m), where);
+    if (idle_ == 0 && threads_ < kMaxRunners) {
+      ++threads_;
+      std::thread([this] { loop(); }).detach();  // lives as long as the process
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void loop() {
+    nameThisThread("mccl-cb-run");
+    tIsRunner = true;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [&] { return !queue_.empty(); });
+      --idle_;
+      auto [m, where] = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      tRunningFor = m->issuer();
+      m->tryRun(where);
+      tRunningFor = nullptr;
+      m = nullptr;
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<PendingMark>, MarkedOn>> queue_;
+  size_t idle_ = 0, threads_ = 0;
+};
 
 class Registry {
  public:
@@ -140,7 +94,6 @@ class Registry {
       // Lives as long as the process (the Registry is never destroyed).
       std::thread([this] {
         nameThisThread("mccl-callbacks");
-        tIsCallbackThread = true;
         loop();
       }).detach();
     }
@@ -148,54 +101,57 @@ class Registry {
     cv_.notify_all();
   }
 
-  // The pending marks, oldest first, pruned of those that ran.
-  std::vector<std::shared_ptr<PendingMark>> snapshot() {
+  // The marks nobody has taken, oldest first (pruned of the others).
+  std::vector<std::shared_ptr<PendingMark>> pending() {
     std::lock_guard<std::mutex> lock(mu_);
-    prune();
+    marks_.erase(std::remove_if(marks_.begin(), marks_.end(), [](const auto& m) { return !m->pending(); }),
+                 marks_.end());
     return marks_;
   }
 
-  int64_t pending() {
-    std::lock_guard<std::mutex> lock(mu_);
-    prune();
-    return static_cast<int64_t>(marks_.size());
-  }
-
  private:
-  void prune() {
-    marks_.erase(std::remove_if(marks_.begin(), marks_.end(), [](const auto& m) { return m->done(); }),
-                 marks_.end());
-  }
-
+  // One mark per quiet spell: after handing one over, the runner's own work
+  // (or the thread it wakes) must come to rest before the next.
   void loop() {
+    QuietWatch watch;
+    auto pause = std::chrono::microseconds(100);
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mu_);
-        prune();
         cv_.wait(lock, [&] { return !marks_.empty(); });
       }
-      int64_t deadlineMs = params::spec::callbackDeadlineMs.def;
-      try {
-        deadlineMs = params::callbackDeadlineMs();
-      } catch (const std::exception&) {
-        // Refused with its reason when the group was made; changed since.
+      auto marks = pending();
+      if (marks.empty()) {
+        watch.reset();
+        continue;
       }
-      for (const auto& m : snapshot()) {
-        if (m->done()) continue;
-        if (m->issuer()->parked(nowNs())) {
-          m->runHere(MarkedOn::kParked);
-        } else if (deadlineMs > 0 && m->ageMs() >= deadlineMs) {
-          static std::once_flag warned;
-          std::call_once(warned, [&] {
-            MCCL_LOG(kWarn, "an MPS op's Future callbacks ran on MCCL's callback thread after ",
-                     deadlineMs, " ms (MCCL_CALLBACK_DEADLINE_MS): the thread that issued the op "
-                     "neither called MCCL nor blocked meanwhile; if it was using MPS at that moment, "
-                     "two threads used MPS at once. Wait for ops with Work.wait() or call MCCL again.");
-          });
-          m->runHere(MarkedOn::kDeadline);
-        }
+      const auto& oldest = marks.front();
+      const int64_t deadlineMs = gDeadlineMs.load();
+      bool handed = false;
+      if (watch.quiet(nowNs(), kStillNs)) {
+        runners_.run(oldest, MarkedOn::kQuiet);
+        handed = true;
+      } else if (deadlineMs > 0 && oldest->ageMs() >= deadlineMs) {
+        static std::once_flag warned;
+        std::call_once(warned, [&] {
+          MCCL_LOG(kWarn, "an MPS op's Future callbacks ran on an MCCL runner thread after ", deadlineMs,
+                   " ms (MCCL_CALLBACK_DEADLINE_MS): no thread called MCCL or waited for the op, and "
+                   "some thread never came to rest meanwhile; if it was using MPS, two threads used MPS "
+                   "at once. Wait for ops with Work.wait() or call MCCL again.");
+        });
+        runners_.run(oldest, MarkedOn::kDeadline);
+        handed = true;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (handed) {
+        // The next mark needs a quiet spell of its own, after this one's
+        // runner (and whatever it wakes) has come to rest.
+        watch.reset();
+        for (int i = 0; i < 2000 && oldest->pending(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(25));
+        pause = std::chrono::microseconds(100);
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(500));
+      }
     }
   }
 
@@ -203,6 +159,7 @@ class Registry {
   std::condition_variable cv_;
   std::vector<std::shared_ptr<PendingMark>> marks_;
   bool started_ = false;
+  Runners runners_;
 };
 
 Registry& registry() {
@@ -210,39 +167,28 @@ Registry& registry() {
   return *r;
 }
 
-}  // namespace
-
 std::shared_ptr<Issuer> thisThreadIssuer() {
   thread_local std::shared_ptr<Issuer> issuer = std::make_shared<Issuer>();
   return issuer;
 }
 
+}  // namespace
+
+std::shared_ptr<Issuer> currentIssuer() { return tRunningFor ? tRunningFor : thisThreadIssuer(); }
+
 PendingMark::PendingMark(std::shared_ptr<Issuer> issuer, std::function<void()> mark)
     : issuer_(std::move(issuer)), mark_(std::move(mark)), since_(nowNs()) {}
 
-void PendingMark::runHere(MarkedOn where) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (state_ == State::kDone || runner_ == std::this_thread::get_id()) return;  // (a callback of its own)
-  if (state_ == State::kRunning) {
-    // Another thread runs it. Its callbacks may want the GIL: never wait
-    // for them holding it.
-    lock.unlock();
-    PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
-    lock.lock();
-    cv_.wait(lock, [&] { return state_ == State::kDone; });
-    lock.unlock();
-    if (saved != nullptr) PyEval_RestoreThread(saved);
-    return;
-  }
+void PendingMark::run(std::unique_lock<std::mutex>& lock, MarkedOn where) {
   state_ = State::kRunning;
   runner_ = std::this_thread::get_id();
   auto mark = std::move(mark_);
   lock.unlock();
   auto& c = counts();
-  (where == MarkedOn::kIssuer     ? c.onIssuer
-   : where == MarkedOn::kWaiter   ? c.onWaiter
-   : where == MarkedOn::kParked   ? c.whileParked
-                                  : c.atDeadline)
+  (where == MarkedOn::kIssuer   ? c.onIssuer
+   : where == MarkedOn::kWaiter ? c.onWaiter
+   : where == MarkedOn::kQuiet  ? c.whileQuiet
+                                : c.atDeadline)
       .fetch_add(1);
   mark();  // marks the Future: its callbacks catch their own errors
   mark = nullptr;
@@ -252,14 +198,45 @@ void PendingMark::runHere(MarkedOn where) {
   cv_.notify_all();
 }
 
-bool PendingMark::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_ == State::kPending;
+bool PendingMark::tryRun(MarkedOn where) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (state_ != State::kPending) return false;
+  run(lock, where);
+  return true;
+}
+
+bool PendingMark::runOrWait(MarkedOn where, int64_t timeoutMs) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (state_ == State::kPending) {
+    run(lock, where);
+    return true;
+  }
+  if (state_ == State::kDone || runner_ == std::this_thread::get_id()) return true;
+  // Another thread runs it. Its callbacks may want the GIL: never wait for
+  // them holding it.
+  lock.unlock();
+  PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  lock.lock();
+  bool done = true;
+  auto isDone = [&] { return state_ == State::kDone; };
+  if (timeoutMs > 0) {
+    done = cv_.wait_for(lock, std::chrono::milliseconds(timeoutMs), isDone);
+  } else {
+    cv_.wait(lock, isDone);
+  }
+  lock.unlock();
+  if (saved != nullptr) PyEval_RestoreThread(saved);
+  return done;
 }
 
 bool PendingMark::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_ == State::kDone;
+}
+
+bool PendingMark::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_ == State::kPending;
 }
 
 int64_t PendingMark::ageMs() const { return (nowNs() - since_) / 1'000'000; }
@@ -272,25 +249,28 @@ std::shared_ptr<PendingMark> deferMark(std::shared_ptr<Issuer> issuer, std::func
 }
 
 void runMarksOfThisThread() {
-  if (tIsCallbackThread || gLive.load() == 0) return;  // (a callback calling MCCL: the loop goes on)
-  for (const auto& m : registry().snapshot()) {
-    // Only marks nobody runs yet: one that runs (on the callback thread, or
-    // further up this thread's stack) goes on there.
-    if (m->pending() && m->issuer()->isThisThread()) m->runHere(MarkedOn::kIssuer);
+  if (gLive.load() == 0) return;
+  const auto me = currentIssuer();
+  for (const auto& m : registry().pending()) {
+    // Only marks nobody runs yet: one that runs (on a runner, or further up
+    // this thread's stack) goes on there.
+    if (m->issuer() == me) m->tryRun(MarkedOn::kIssuer);
   }
 }
+
+void setCallbackDeadlineMs(int64_t ms) { gDeadlineMs.store(ms); }
 
 MarkCounts markCounts() {
   auto& c = counts();
   MarkCounts out;
   out.onIssuer = c.onIssuer.load();
   out.onWaiter = c.onWaiter.load();
-  out.whileParked = c.whileParked.load();
+  out.whileQuiet = c.whileQuiet.load();
   out.atDeadline = c.atDeadline.load();
-  out.pending = registry().pending();
+  out.pending = static_cast<int64_t>(registry().pending().size());
   return out;
 }
 
-bool onCallbackThread() { return tIsCallbackThread; }
+bool onCallbackThread() { return tIsRunner; }
 
 }  // namespace mccl::torch_adapter

@@ -8,19 +8,23 @@
 // Future waits for a place where MPS is safe:
 //
 //   1. the thread that issued the op, when it next calls MCCL (any
-//      collective of any group: it is about to use MPS itself), or any
-//      thread that waits for the op through MCCL (Work.wait, is_completed);
-//   2. else MCCL's callback thread ("mccl-callbacks"), once the issuing
-//      thread is parked: not running, its CPU time unchanged for 1 ms. A
-//      thread blocked in Future.wait() on a future chained from this one
-//      (DDP's reducer at the end of backward) is parked, and nothing of its
-//      runs MPS until the callbacks have;
-//   3. else, past MCCL_CALLBACK_DEADLINE_MS, the callback thread anyway (a
-//      thread that neither calls MCCL nor parks, e.g. one polling
-//      Future.done() while it computes), with a warning once per process.
+//      collective of any group: it is about to use MPS itself), or a thread
+//      that waits for the op through MCCL (Work.wait, is_completed);
+//   2. else a callback runner thread ("mccl-cb-run"), once every other
+//      thread of the process that may use MPS -- all but MCCL's network,
+//      engine and completion threads -- has been still for 1 ms: not
+//      running or runnable, its CPU time unchanged. One mark per such quiet
+//      spell, so two callbacks never run at once. A thread blocked in
+//      Future.wait() on a chained future (DDP's reducer at the end of
+//      backward) is still, and cannot run MPS before the callbacks have.
+//      A callback may itself issue ops and wait for them (PowerSGD): their
+//      marks go to another runner at the next quiet spell;
+//   3. else, past MCCL_CALLBACK_DEADLINE_MS, a runner anyway (a process
+//      where some thread never rests, e.g. one polling Future.done() while
+//      it computes), with a warning once per process.
 //
-// What stays possible: a thread parked on something else (a data queue, a
-// sleep) that wakes while the callback thread runs a callback of its op.
+// What stays possible: a still thread that wakes (a data queue, a sleep)
+// while a runner runs a callback, and a thread entering MCCL while one runs.
 #pragma once
 
 #include <condition_variable>
@@ -34,19 +38,23 @@ namespace mccl::torch_adapter {
 
 // A thread that issues ops (one per thread, made on first use).
 class Issuer;
-std::shared_ptr<Issuer> thisThreadIssuer();
+// The issuer of ops made now: this thread's, or, inside a callback a runner
+// runs, the issuer of that callback's op.
+std::shared_ptr<Issuer> currentIssuer();
 
 // Where a deferred mark ran (counted; tests and docs read the counts).
-enum class MarkedOn { kIssuer, kWaiter, kParked, kDeadline };
+enum class MarkedOn { kIssuer, kWaiter, kQuiet, kDeadline };
 
 // One Future waiting to be marked.
 class PendingMark {
  public:
   PendingMark(std::shared_ptr<Issuer> issuer, std::function<void()> mark);
-  // Runs the mark on the calling thread unless it ran or runs elsewhere; in
-  // any case returns once it has run (at once when this thread runs it
-  // further up its stack: a callback waiting for its own op).
-  void runHere(MarkedOn where);
+  // Runs the mark here if nobody has taken it; true if this call ran it.
+  bool tryRun(MarkedOn where);
+  // tryRun, else waits (without the GIL) up to `timeoutMs` (<= 0: no limit)
+  // for the thread that runs it; false on timeout. Returns at once when this
+  // thread runs it further up its stack (a callback waiting for its own op).
+  bool runOrWait(MarkedOn where, int64_t timeoutMs = 0);
   bool done() const;
   bool pending() const;
   const std::shared_ptr<Issuer>& issuer() const { return issuer_; }
@@ -54,6 +62,7 @@ class PendingMark {
 
  private:
   enum class State { kPending, kRunning, kDone };
+  void run(std::unique_lock<std::mutex>& lock, MarkedOn where);
   std::shared_ptr<Issuer> issuer_;
   std::function<void()> mark_;
   int64_t since_;  // steady clock, ns
@@ -68,15 +77,18 @@ class PendingMark {
 std::shared_ptr<PendingMark> deferMark(std::shared_ptr<Issuer> issuer, std::function<void()> mark);
 
 // MCCL entry points: runs, on the calling thread, every pending mark of the
-// ops this thread issued.
+// ops the current issuer issued.
 void runMarksOfThisThread();
 
+// MCCL_CALLBACK_DEADLINE_MS, read when a group is made (0: none).
+void setCallbackDeadlineMs(int64_t ms);
+
 struct MarkCounts {
-  int64_t onIssuer = 0, onWaiter = 0, whileParked = 0, atDeadline = 0, pending = 0;
+  int64_t onIssuer = 0, onWaiter = 0, whileQuiet = 0, atDeadline = 0, pending = 0;
 };
 MarkCounts markCounts();
 
-// Whether the calling thread is the callback thread (tests).
+// Whether the calling thread is one of MCCL's callback runners (tests).
 bool onCallbackThread();
 
 }  // namespace mccl::torch_adapter

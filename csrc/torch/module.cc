@@ -63,18 +63,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_on_completion_thread", &mccl::torch_adapter::onCompletionThread,
         "Whether the calling thread is MCCL's device completion thread (tests)");
   m.def("_on_callback_thread", &mccl::torch_adapter::onCallbackThread,
-        "Whether the calling thread is MCCL's callback thread (tests)");
+        "Whether the calling thread is one of MCCL's callback runner threads (tests)");
   m.def(
       "_callback_counts",
       [] {
         auto c = mccl::torch_adapter::markCounts();
         return std::map<std::string, int64_t>{{"on_issuer", c.onIssuer}, {"on_waiter", c.onWaiter},
-                                              {"while_parked", c.whileParked},
+                                              {"while_quiet", c.whileQuiet},
                                               {"at_deadline", c.atDeadline}, {"pending", c.pending}};
       },
       "Where the Futures of MPS ops were marked (their then() callbacks run) so far, and how many "
-      "wait: on the issuing thread, on a waiting thread, on the callback thread while the issuer "
-      "was parked, or past MCCL_CALLBACK_DEADLINE_MS");
+      "wait: on the issuing thread, on a waiting thread, on a runner thread while every other thread "
+      "was still, or past MCCL_CALLBACK_DEADLINE_MS");
   m.def(
       "_fake_device_kernel",
       [](at::Tensor t, double value, int64_t delayUs) {

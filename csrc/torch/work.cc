@@ -244,7 +244,7 @@ WorkMCCL::WorkMCCL(int rank, c10d::OpType type, const char* profilingTitle,
       inputs_(std::move(inputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()), std::move(devices))),
-      issuer_(callbacksOnCaller ? thisThreadIssuer() : nullptr) {}
+      issuer_(callbacksOnCaller ? currentIssuer() : nullptr) {}
 
 WorkMCCL::~WorkMCCL() = default;
 
@@ -347,14 +347,18 @@ void WorkMCCL::markDone(std::exception_ptr error) {
   cv_.notify_all();
 }
 
-void WorkMCCL::runMarkHere() {
+bool WorkMCCL::runMarkHere(int64_t timeoutMs) {
   std::shared_ptr<PendingMark> mark;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     mark = mark_;
   }
-  if (mark) mark->runHere(mark->issuer() == thisThreadIssuer() ? MarkedOn::kIssuer : MarkedOn::kWaiter);
+  bool done = true;
+  if (mark) {
+    done = mark->runOrWait(mark->issuer() == currentIssuer() ? MarkedOn::kIssuer : MarkedOn::kWaiter, timeoutMs);
+  }
   runMarksOfThisThread();
+  return done;
 }
 
 void WorkMCCL::synchronize() {
@@ -367,12 +371,18 @@ void WorkMCCL::synchronize() {
 }
 
 bool WorkMCCL::isCompleted() {
+  std::shared_ptr<PendingMark> mark;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!completed_) return false;
+    mark = mark_;
   }
-  runMarkHere();  // a complete Work has a complete Future
-  return true;
+  if (!mark) return true;
+  // A complete Work has a complete Future: mark it here if nobody has; one
+  // a runner is marking now is not complete yet (never waited for here).
+  mark->tryRun(mark->issuer() == currentIssuer() ? MarkedOn::kIssuer : MarkedOn::kWaiter);
+  runMarksOfThisThread();
+  return mark->done();
 }
 
 bool WorkMCCL::isSuccess() const {
@@ -403,7 +413,12 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
     cv_.wait(lock, [&] { return completed_; });
   }
   lock.unlock();
-  runMarkHere();  // the Future is complete when wait() returns, errors too
+  // The Future is complete when wait() returns, errors too.
+  if (!runMarkHere(timeout.count())) {
+    throw c10::DistBackendError(
+        MCCL_HERE(), strCat(description_, ": its Future's callbacks still run after Work.wait(timeout=",
+                               timeout.count(), " ms)"));
+  }
   lock.lock();
   if (exception_) std::rethrow_exception(exception_);
   lock.unlock();

@@ -134,8 +134,9 @@ class WorkMCCL : public c10d::Work {
   void onCoreDone();
   // Marks Work and Future (once); device ops: on the completion thread.
   void markDone(std::exception_ptr error);
-  // The Future's deferred mark, run on the calling thread if still pending.
-  void runMarkHere();
+  // The Future's deferred mark, run on the calling thread if still pending
+  // (else waited for, up to timeoutMs when positive); false on timeout.
+  bool runMarkHere(int64_t timeoutMs = 0);
   Staging& lastStaging() { return pieces_.empty() ? staging_ : pieces_.back(); }
 
   std::vector<at::Tensor> outputs_;

@@ -55,8 +55,8 @@ def test_fake_mps_slow_copy_does_not_block_the_network():
 def test_fake_mps_callbacks_run_where_mps_is_safe(mode):
     # A Future's then() callback never runs on an MCCL thread while the
     # issuing thread computes: on that thread at its next MCCL call or
-    # Work.wait(), on the callback thread once it blocks (DDP's reducer with
-    # fp16_compress_hook, against Gloo).
+    # Work.wait(), on a runner thread once every thread rests (DDP's reducer
+    # with fp16_compress_hook and PowerSGD, against Gloo).
     outs = run_workers("mps_callbacks.py", 2, env=FAKE_MPS[mode], timeout=180)
     assert "callback counts" in outs[0]
 

@@ -217,7 +217,7 @@ def stream_order_checks(c: Checks) -> None:
     def callbacks_run_kernels():
         # then() callbacks that run kernels on the results (as DDP comm hooks
         # do), while this thread keeps queueing kernels. On MPS they must run
-        # on this thread or on MCCL's callback thread once this one waits:
+        # on this thread or on an MCCL runner thread once this one waits:
         # PyTorch's MPS is unsafe from two threads at once (docs/mps.md).
         import threading
 
@@ -226,7 +226,7 @@ def stream_order_checks(c: Checks) -> None:
 
         def double(f):
             where.append("issuer" if threading.get_native_id() == me else
-                         "callback thread" if mccl._C._on_callback_thread() else "other MCCL thread")
+                         "runner thread" if mccl._C._on_callback_thread() else "other MCCL thread")
             return f.value()[0] * 2.0
 
         chained = []

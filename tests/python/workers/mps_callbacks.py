@@ -1,10 +1,11 @@
 """Where the then() callbacks of MPS ops run (fake Metal port,
-MCCL_FAKE_DEVICE_FOR_TESTING=mps-*): never on an MCCL thread while the
-thread that issued the op is running -- on that thread at its next MCCL
-call or Work.wait(), on MCCL's callback thread once it is blocked (a
+MCCL_FAKE_DEVICE_FOR_TESTING=mps-*): never on an MCCL thread while another
+thread computes -- on the issuing thread at its next MCCL call or
+Work.wait(), on a runner thread once every other thread is at rest (a
 Future.wait() on a chained future; DDP's reducer), past the deadline only
-when it does neither. PyTorch's MPS runtime is unsafe to use from two
-threads at once, and callbacks run MPS kernels (DDP comm hooks)."""
+when no thread ever rests. PyTorch's MPS runtime is unsafe to use from two
+threads at once, and callbacks run MPS kernels (DDP comm hooks). Callbacks
+that issue ops and wait for them (PowerSGD) do not hang."""
 
 import os
 import sys
@@ -67,12 +68,12 @@ base = counts()
 
 if sys.argv[1:] == ["deadline"]:
     # An issuer that neither calls MCCL nor blocks: past the deadline
-    # (MCCL_CALLBACK_DEADLINE_MS, set by the test) the callback thread runs
+    # (MCCL_CALLBACK_DEADLINE_MS, set by the test) a runner thread runs
     # the callback anyway, and says so once.
     assert os.environ["MCCL_CALLBACK_DEADLINE_MS"] == "200"
     w5 = dist.all_reduce(data(5, 5), async_op=True)
     c5 = w5.get_future().then(record)
-    spin(10.0, until=lambda: bool(records))
+    spin(10.0, until=c5.done)  # (the record comes first, then the Future completes)
     assert len(records) == 1 and records[0][:3] == (False, True, True), records
     assert torch.equal(c5.value(), 2 * want(5, 5))
     assert counts()["at_deadline"] == base["at_deadline"] + 1, counts()
@@ -85,8 +86,8 @@ x = data(1031, 1)
 work = dist.all_reduce(x, async_op=True)
 chained = work.get_future().then(record)
 spin(0.5)
-assert records == [], f"a callback ran while the issuing thread was computing: {records}"
-assert counts()["pending"] >= 1 or not work.is_completed(), counts()
+# (Had the op completed before then(), the callback ran at once, here.)
+assert all(r[0] for r in records), f"a callback ran while the issuing thread was computing: {records}"
 work.wait()
 assert records == [(True, False, False, "-")], records
 assert chained.done() and torch.equal(chained.value(), 2 * want(1031, 1))
@@ -96,24 +97,51 @@ records.clear()
 y = data(13, 2)
 w2 = dist.all_reduce(y, async_op=True)
 c2 = w2.get_future().then(record)
-spin(10.0, until=lambda: counts()["pending"] >= 1)
-assert records == [], records
+spin(10.0, until=lambda: records or counts()["pending"] >= 1)
+assert all(r[0] for r in records), records
 dist.all_reduce(data(7, 3))
 assert records == [(True, False, False, "-")], records
 assert torch.equal(c2.value(), 2 * want(13, 2))
 
-# 3. The issuer blocks on a chained future (no MCCL call): the callback thread
+# 3. The issuer blocks on a chained future (no MCCL call): a runner thread
 #    runs the callback once it is parked; no hang.
 records.clear()
 z = data(97, 4)
+mccl._C._fake_mps_copy_back_delay(300_000)  # the op completes after then() (else it runs here at once)
 w3 = dist.all_reduce(z, async_op=True)
 t0 = time.monotonic()
 c3 = w3.get_future().then(record)
+mccl._C._fake_mps_copy_back_delay(-1)
 c3.wait()
 waited = time.monotonic() - t0
 assert len(records) == 1 and records[0][:3] == (False, True, False) and records[0][3] in "SD", records
 assert torch.equal(c3.value(), 2 * want(97, 4))
 assert waited < 5, waited
+
+# 3a. Another thread issues the op and then rests; this thread computes.
+#     The issuer at rest is not enough: nothing runs until this thread rests
+#     too (it waits on the chained future).
+records.clear()
+chained_x, started = [], threading.Event()
+
+
+def issuer():
+    mccl._C._fake_mps_copy_back_delay(300_000)  # completes after then()
+    w = dist.all_reduce(data(29, 8), async_op=True)
+    chained_x.append(w.get_future().then(record))
+    mccl._C._fake_mps_copy_back_delay(-1)
+    started.set()
+    time.sleep(2.0)  # at rest, holding nothing
+
+
+tx = threading.Thread(target=issuer)
+tx.start()
+started.wait()
+spin(0.6)
+assert records == [], f"a callback ran while the main thread computed: {records}"
+assert torch.equal(chained_x[0].wait(), 2 * want(29, 8))
+assert len(records) == 1 and records[0][:3] == (False, True, False) and records[0][3] in "SD", records
+tx.join()
 
 # 3b. A callback that waits for its own op, or asks whether it is complete
 #     (through MCCL, on whichever thread runs it): no deadlock.
@@ -124,6 +152,20 @@ w4b = dist.all_reduce(data(11, 7), async_op=True)
 c4b = w4b.get_future().then(lambda f: (w4b.wait(), f.value()[0] * 2)[1])
 w4b.wait()  # runs the callback here, which waits for its own op
 assert torch.equal(c4b.value(), 2 * want(11, 7))
+
+# 3c. Callbacks that issue ops and wait for them (as PowerSGD's do), run on
+#     a runner: the inner ops' callbacks go to another runner. No hang.
+def nested(f):
+    inner = dist.all_reduce(data(17, 9), async_op=True)
+    got = inner.get_future().then(lambda g: g.value()[0] + 1).wait()
+    return f.value()[0][:17] * 2 + got
+
+
+w6 = dist.all_reduce(data(31, 10), async_op=True)
+c6 = w6.get_future().then(nested)
+t0 = time.monotonic()
+assert torch.equal(c6.wait(), 2 * want(31, 10)[:17] + want(17, 9) + 1)
+assert time.monotonic() - t0 < 5
 
 # 4. DDP with a comm hook whose callback runs a kernel (fp16 decompression):
 #    no deadlock, the same parameters as with Gloo, nothing at the deadline.
@@ -149,7 +191,32 @@ for (name, a), b in zip(net.named_parameters(), ref.parameters()):
     assert torch.allclose(a, b, rtol=1e-3, atol=1e-5), (name, (a - b).abs().max())
 after = counts()
 assert after["at_deadline"] == before["at_deadline"], (before, after)
-assert after["while_parked"] > before["while_parked"], (before, after)  # the reducer's final wait
+assert after["while_quiet"] > before["while_quiet"], (before, after)  # the reducer's final wait
+
+# 5. DDP with PowerSGD, whose callbacks issue all-reduces and wait for them.
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+torch.manual_seed(1)
+net2 = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+ref2 = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+ref2.load_state_dict(net2.state_dict())
+pairs = {"mccl": (torch.nn.parallel.DistributedDataParallel(net2), None),
+         "gloo": (torch.nn.parallel.DistributedDataParallel(ref2, process_group=gloo), gloo)}
+for m, pg in pairs.values():
+    m.register_comm_hook(psgd.PowerSGDState(process_group=pg, matrix_approximation_rank=1,
+                                            start_powerSGD_iter=2, min_compression_rate=0.5,
+                                            random_seed=7), psgd.powerSGD_hook)
+opts2 = {k: torch.optim.SGD(m.parameters(), lr=0.1) for k, (m, _) in pairs.items()}
+before = counts()
+for step in range(5):
+    inp = torch.randn(8, 16, generator=g)
+    for k, (m, _) in pairs.items():
+        opts2[k].zero_grad()
+        m(inp).square().mean().backward()
+        opts2[k].step()
+for (name, a), b in zip(net2.named_parameters(), ref2.parameters()):
+    assert torch.allclose(a, b, rtol=1e-3, atol=1e-5), (name, (a - b).abs().max())
+after = counts()
+assert after["at_deadline"] == before["at_deadline"], (before, after)
 
 end = counts()
 assert end["pending"] == 0, end
