@@ -28,8 +28,9 @@ int64_t nowNs() {
 
 // How long every other thread must stay still before a runner marks a Future.
 constexpr int64_t kStillNs = 1'000'000;
-// Runner threads at most (each one busy is a callback waiting for another op).
-constexpr size_t kMaxRunners = 16;
+// Runner threads at most (each one busy is a callback waiting for another
+// op: PowerSGD holds one per bucket in flight).
+constexpr size_t kMaxRunners = 64;
 
 thread_local bool tIsRunner = false;
 // Inside a callback a runner runs: the issuer of that callback's op.
@@ -56,6 +57,12 @@ class Runners {
     if (idle_ == 0 && threads_ < kMaxRunners) {
       ++threads_;
       std::thread([this] { loop(); }).detach();  // lives as long as the process
+    } else if (idle_ == 0) {
+      static std::once_flag warned;
+      std::call_once(warned, [] {
+        MCCL_LOG(kWarn, "all ", kMaxRunners, " MCCL callback runner threads are busy (callbacks waiting for "
+                 "other ops); further MPS Future callbacks wait for one to finish");
+      });
     }
     cv_.notify_one();
   }
@@ -232,6 +239,11 @@ bool PendingMark::runOrWait(MarkedOn where, int64_t timeoutMs) {
 bool PendingMark::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_ == State::kDone;
+}
+
+bool PendingMark::runningHere() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_ == State::kRunning && runner_ == std::this_thread::get_id();
 }
 
 bool PendingMark::pending() const {

@@ -57,6 +57,8 @@ class PendingMark {
   bool runOrWait(MarkedOn where, int64_t timeoutMs = 0);
   bool done() const;
   bool pending() const;
+  // Whether the calling thread runs it now, further up its stack.
+  bool runningHere() const;
   const std::shared_ptr<Issuer>& issuer() const { return issuer_; }
   int64_t ageMs() const;
 

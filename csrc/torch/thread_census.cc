@@ -54,8 +54,12 @@ bool sampleThread(long tid, Sample* s) {
   s->id = static_cast<uint64_t>(tid);
   s->running = close[2] == 'R';
   char sched[128];
-  if (!readFile(dir + "/schedstat", sched, sizeof(sched))) return false;  // ns on the CPU, first field
-  s->cpuNs = std::strtoll(sched, nullptr, 10);
+  if (!readFile(dir + "/schedstat", sched, sizeof(sched))) {
+    s->running = true;  // a thread that cannot be read is never taken for still
+    s->cpuNs = 0;
+    return true;
+  }
+  s->cpuNs = std::strtoll(sched, nullptr, 10);  // ns on the CPU, first field
   return true;
 }
 
@@ -91,14 +95,17 @@ bool sampleAll(std::vector<Sample>* out, uint64_t, bool* firstBusy) {
   for (mach_msg_type_number_t i = 0; i < count; ++i) {
     thread_extended_info_data_t info;
     mach_msg_type_number_t n = THREAD_EXTENDED_INFO_COUNT;
-    if (threads[i] != self &&
-        thread_info(threads[i], THREAD_EXTENDED_INFO, reinterpret_cast<thread_info_t>(&info), &n) == KERN_SUCCESS &&
-        !skipped(info.pth_name)) {
+    if (threads[i] != self) {
       Sample s;
       s.id = threads[i];
-      s.running = info.pth_run_state == TH_STATE_RUNNING;
-      s.cpuNs = static_cast<int64_t>(info.pth_user_time + info.pth_system_time);
-      out->push_back(s);
+      s.running = true;  // a thread that cannot be read is never taken for still
+      if (thread_info(threads[i], THREAD_EXTENDED_INFO, reinterpret_cast<thread_info_t>(&info), &n) ==
+          KERN_SUCCESS) {
+        s.running = info.pth_run_state == TH_STATE_RUNNING;
+        s.cpuNs = static_cast<int64_t>(info.pth_user_time + info.pth_system_time);
+        if (skipped(info.pth_name)) s.id = 0;
+      }
+      if (s.id != 0) out->push_back(s);
     }
     mach_port_deallocate(mach_task_self(), threads[i]);
   }

@@ -382,7 +382,7 @@ bool WorkMCCL::isCompleted() {
   // a runner is marking now is not complete yet (never waited for here).
   mark->tryRun(mark->issuer() == currentIssuer() ? MarkedOn::kIssuer : MarkedOn::kWaiter);
   runMarksOfThisThread();
-  return mark->done();
+  return mark->done() || mark->runningHere();  // (asked from a callback of its own op)
 }
 
 bool WorkMCCL::isSuccess() const {
