@@ -83,14 +83,23 @@ def _doctor(a, argv) -> int:
                     netlab=a.netlab)
 
 
+def _plan_network(a) -> tuple[float, float, float | None]:
+    """alpha (us), o (us) and beta (ns per byte; None when neither given nor
+    in the tune file) for the validations: the flags, else --tune."""
+    from . import plan
+
+    net = plan.inputs_from_files(None, a.tune, None, None)
+    alpha = a.alpha_us if a.alpha_us is not None else net.get("alpha_us", 50.0)
+    over = a.overhead_us if a.overhead_us is not None else net.get("overhead_us", 10.0)
+    beta = 8.0 / a.link_gbit if a.link_gbit else net.get("beta_ns_per_byte")
+    return alpha, over, beta
+
+
 def _plan(a) -> int:
     from . import plan
 
     if a.validate_collectives:
-        net = plan.inputs_from_files(None, a.tune, None, None)
-        alpha = a.alpha_us if a.alpha_us is not None else net.get("alpha_us", 50.0)
-        over = a.overhead_us if a.overhead_us is not None else net.get("overhead_us", 10.0)
-        beta = 8.0 / a.link_gbit if a.link_gbit else net.get("beta_ns_per_byte")
+        alpha, over, beta = _plan_network(a)
         runs = {}
         for path in a.validate_collectives:
             with open(path) as f:
@@ -109,10 +118,7 @@ def _plan(a) -> int:
     if a.validate:
         with open(a.validate) as f:
             scaling = json.load(f)
-        net = plan.inputs_from_files(None, a.tune, None, None)
-        alpha = a.alpha_us if a.alpha_us is not None else net.get("alpha_us", 50.0)
-        over = a.overhead_us if a.overhead_us is not None else net.get("overhead_us", 10.0)
-        beta = 8.0 / a.link_gbit if a.link_gbit else net.get("beta_ns_per_byte")
+        alpha, over, beta = _plan_network(a)
         if beta is None:
             print("mccl plan --validate: give the links' goodput (--link-gbit, e.g. from mccl netlab "
                   "goodput) or --tune FILE", file=sys.stderr)
