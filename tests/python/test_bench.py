@@ -56,6 +56,24 @@ def test_wire_dtypes_beside_gloo_and_the_bf16_hook(tmp_path):
             assert r[b]["busbw_GBps"] >= 0, r
 
 
+def test_wire_accuracy_real_runs_match_the_simulation(tmp_path):
+    """--real runs the all-reduces on N ranks: MCCL's results are the
+    simulation's bits on every rank, and the errors against float64 are a
+    wire's (a 16-bit one near bfloat16's unit roundoff, int8 near 1/127)."""
+    out = tmp_path / "a.json"
+    text = bench("wire-accuracy", "--real", "--ns", "2,3", "--elements", "4099", "--json", str(out))
+    assert "hook / pairwise" in text, text
+    rows = json.loads(out.read_text())
+    assert [r["n"] for r in rows] == [2, 3]
+    for r in rows:
+        for k in ("mccl_bf16", "mccl_fp16", "mccl_bf16_ring", "mccl_int8"):
+            assert r[k]["same_bits_as_simulation"] is True, (k, r)
+        for k in ("mccl_bf16", "mccl_bf16_ring", "bf16_compress_hook"):
+            assert 0 < r[k]["rel_l2"] < 2 ** -7, (k, r)
+        assert 0 < r["mccl_fp16"]["rel_l2"] < r["mccl_bf16"]["rel_l2"], r
+        assert 2 ** -10 < r["mccl_int8"]["rel_l2"] < 0.1, r
+
+
 def test_wire_train_runs_every_configuration(tmp_path):
     out = tmp_path / "t.json"
     text = bench("wire-train", "--nproc", "2", "--preset", "tiny", "--steps", "3", "--warmup", "1",

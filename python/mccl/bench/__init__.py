@@ -6,6 +6,7 @@
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
     mccl-bench wire-accuracy --ns 2,8,24,200            # 16-bit wire error: mccl vs bf16_compress_hook
+    mccl-bench wire-accuracy --real --ns 2,3,4          # the same from real all-reduces on N ranks
     mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench scaling-report s1.json s2.json s3.json   # repeats of it: medians and ranges (--plot)
@@ -122,9 +123,14 @@ def parser() -> argparse.ArgumentParser:
                     help="give up on a torchrun phase after this long (the error shows each host's log)")
     el.add_argument("--json", help="write every run's figures here")
     wa = sub.add_parser("wire-accuracy",
-                        help="error of a 16-bit wire: mccl's against bf16_compress_hook's (one process)")
-    wa.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate")
+                        help="error of a 16-bit wire: mccl's against bf16_compress_hook's (simulated, or --real)")
+    wa.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate (with --real: to run)")
     wa.add_argument("--elements", type=int, default=1 << 20)
+    wa.add_argument("--real", action="store_true",
+                    help="run real all-reduces with N ranks (and Gloo + the hook's arithmetic) instead of "
+                         "simulating; checks MCCL's results bit for bit against the simulation")
+    wa.add_argument("--netlab", metavar="NAME", help="with --real: rank r on host r of this network lab")
+    wa.add_argument("--timeout", type=float, default=600)
     wa.add_argument("--json")
     wt = sub.add_parser("wire-train", help="ViT DDP with each wire compression: samples/s and loss curves")
     wt.add_argument("--nproc", type=int, default=4)

@@ -126,6 +126,8 @@ def errors(got: torch.Tensor, want: torch.Tensor) -> dict:
 
 
 def run(args) -> list[dict]:
+    if getattr(args, "real", False):
+        return run_real(args)
     ns = [int(x) for x in args.ns.split(",")]
     count = args.elements
     rows = []
@@ -150,4 +152,62 @@ def run(args) -> list[dict]:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
         print(f"# wrote {args.json}")
+    return rows
+
+
+def run_real(args) -> list[dict]:
+    """--real: for each N, N ranks (local, or on a network lab's hosts) run
+    the all-reduces themselves (mccl.bench.wire_accuracy_real); rank 0's
+    errors against float64, and whether MCCL's results are the simulation's
+    bits."""
+    import sys
+
+    from ..launch import LaunchError, run as launch
+
+    ns = [int(x) for x in args.ns.split(",")]
+    if min(ns) < 2:
+        raise SystemExit("mccl-bench wire-accuracy --real: every N must be at least 2")
+    placement = {}
+    if args.netlab:
+        from ..netlab import Lab, LabError
+        try:
+            lab = Lab.load(args.netlab)
+            placement = lab.launch_options(max(ns))
+        except LabError as e:
+            raise SystemExit(f"mccl-bench wire-accuracy: {e}") from None
+    names = ("mccl_bf16", "mccl_fp16", "mccl_bf16_ring", "mccl_int8", "bf16_compress_hook")
+    print(f"# real all-reduces (AVG) of {args.elements} float32 values"
+          f"{' on network lab ' + args.netlab if args.netlab else ' on local ranks'}: relative L2 error against "
+          "float64; '=' marks a result bit-identical to the one-process simulation")
+    print(f"{'N':>3} {'mccl bf16 pairwise':>19} {'mccl fp16 pairwise':>19} {'mccl bf16 ring':>16} {'mccl int8':>12} "
+          f"{'Gloo + hook':>12} {'(hook simulated)':>17} {'hook / pairwise':>16}")
+    rows = []
+    cmd = [sys.executable, "-m", "mccl.bench.wire_accuracy_real", "--elements", str(args.elements)]
+    for n in ns:
+        if args.netlab:
+            placement = lab.launch_options(n)
+        try:
+            res = launch(cmd, n, timeout=args.timeout, env={"OMP_NUM_THREADS": "1"}, **placement)
+        except LaunchError as e:
+            raise SystemExit(f"mccl-bench wire-accuracy --real at N = {n}: {e}") from None
+        lines = [ln for ln in res[0].output.splitlines() if ln.startswith("WIRE_ACCURACY ")]
+        if not lines:
+            raise SystemExit(f"mccl-bench wire-accuracy --real at N = {n}: rank 0 printed no result:\n"
+                             f"{res[0].output[-2000:]}")
+        row = json.loads(lines[-1].split(" ", 1)[1])
+        rows.append(row)
+        cell = lambda k: f"{row[k]['rel_l2']:.3e}{'=' if row[k].get('same_bits_as_simulation') else ' '}"  # noqa: E731
+        print(f"{n:>3} {cell('mccl_bf16'):>19} {cell('mccl_fp16'):>19} {cell('mccl_bf16_ring'):>16} "
+              f"{cell('mccl_int8'):>12} {cell('bf16_compress_hook'):>12} "
+              f"{row['bf16_compress_hook']['simulated_rel_l2']:>17.3e} "
+              f"{row['bf16_compress_hook']['rel_l2'] / row['mccl_bf16']['rel_l2']:>15.2f}x", flush=True)
+        differ = [k for k in names[:4] if not row[k]["same_bits_as_simulation"]]
+        if differ:
+            print(f"# N = {n}: {', '.join(differ)} differ from the simulation", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+        print(f"# wrote {args.json}")
+    if any(not r[k]["same_bits_as_simulation"] for r in rows for k in names[:4]):
+        raise SystemExit("mccl-bench wire-accuracy --real: a real all-reduce differs from the simulation")
     return rows
