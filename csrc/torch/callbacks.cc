@@ -1,11 +1,14 @@
 #include "callbacks.h"
 
 #include <Python.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <memory>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -32,7 +35,39 @@ constexpr int64_t kStillNs = 1'000'000;
 // op: PowerSGD holds one per bucket in flight).
 constexpr size_t kMaxRunners = 64;
 
+// Runner threads' stack: callbacks nest on it (a callback that waits for an
+// op may run that op's callbacks further up) and run Python; macOS gives a
+// std::thread 512 KiB, Linux RLIMIT_STACK.
+constexpr size_t kRunnerStackBytes = size_t{8} << 20;
+
+// Starts `body` on a detached thread with kRunnerStackBytes of stack.
+void startRunnerThread(std::function<void()> body) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, kRunnerStackBytes);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  auto* fn = new std::function<void()>(std::move(body));
+  pthread_t thread;
+  const int rc = pthread_create(
+      &thread, &attr,
+      [](void* p) -> void* {
+        std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(p));
+        (*f)();
+        return nullptr;
+      },
+      fn);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    delete fn;
+    throw std::system_error(rc, std::generic_category(), "starting an MCCL callback runner thread");
+  }
+}
+
 thread_local bool tIsRunner = false;
+// A runner inside a callback (not between marks).
+thread_local bool tInCallback = false;
+// Runners inside a callback and not waiting for an op (WaitingInCallback).
+std::atomic<int64_t> gActiveCallbacks{0};
 // Inside a callback a runner runs: the issuer of that callback's op.
 thread_local std::shared_ptr<Issuer> tRunningFor;
 // Marks not yet run: MCCL entry points look no further while it is zero.
@@ -56,7 +91,7 @@ class Runners {
     queue_.emplace_back(std::move(m), where);
     if (idle_ == 0 && threads_ < kMaxRunners) {
       ++threads_;
-      std::thread([this] { loop(); }).detach();  // lives as long as the process
+      startRunnerThread([this] { loop(); });  // lives as long as the process
     } else if (idle_ == 0) {
       static std::once_flag warned;
       std::call_once(warned, [] {
@@ -80,7 +115,11 @@ class Runners {
       queue_.pop_front();
       lock.unlock();
       tRunningFor = m->issuer();
+      tInCallback = true;
+      gActiveCallbacks.fetch_add(1);
       m->tryRun(where);
+      gActiveCallbacks.fetch_sub(1);
+      tInCallback = false;
       tRunningFor = nullptr;
       m = nullptr;
       lock.lock();
@@ -138,7 +177,8 @@ class Registry {
       if (watch.quiet(nowNs(), kStillNs)) {
         runners_.run(oldest, MarkedOn::kQuiet);
         handed = true;
-      } else if (deadlineMs > 0 && oldest->ageMs() >= deadlineMs) {
+      } else if (deadlineMs > 0 && oldest->ageMs() >= deadlineMs && gActiveCallbacks.load() == 0) {
+        // (Not while a runner computes a callback: never two at once.)
         static std::once_flag warned;
         std::call_once(warned, [&] {
           MCCL_LOG(kWarn, "an MPS op's Future callbacks ran on an MCCL runner thread after ", deadlineMs,
@@ -226,6 +266,7 @@ bool PendingMark::runOrWait(MarkedOn where, int64_t timeoutMs) {
   lock.lock();
   bool done = true;
   auto isDone = [&] { return state_ == State::kDone; };
+  WaitingInCallback waiting;
   if (timeoutMs > 0) {
     done = cv_.wait_for(lock, std::chrono::milliseconds(timeoutMs), isDone);
   } else {
@@ -270,6 +311,14 @@ void runMarksOfThisThread() {
   }
 }
 
+WaitingInCallback::WaitingInCallback() : counted_(tIsRunner && tInCallback) {
+  if (counted_) gActiveCallbacks.fetch_sub(1);
+}
+
+WaitingInCallback::~WaitingInCallback() {
+  if (counted_) gActiveCallbacks.fetch_add(1);
+}
+
 void setCallbackDeadlineMs(int64_t ms) { gDeadlineMs.store(ms); }
 
 MarkCounts markCounts() {
@@ -284,5 +333,18 @@ MarkCounts markCounts() {
 }
 
 bool onCallbackThread() { return tIsRunner; }
+
+size_t thisThreadStackBytes() {
+#if defined(__APPLE__)
+  return pthread_get_stacksize_np(pthread_self());
+#else
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+  size_t bytes = 0;
+  pthread_attr_getstacksize(&attr, &bytes);
+  pthread_attr_destroy(&attr);
+  return bytes;
+#endif
+}
 
 }  // namespace mccl::torch_adapter

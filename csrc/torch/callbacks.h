@@ -21,13 +21,16 @@
 //      marks go to another runner at the next quiet spell;
 //   3. else, past MCCL_CALLBACK_DEADLINE_MS, a runner anyway (a process
 //      where some thread never rests, e.g. one polling Future.done() while
-//      it computes), with a warning once per process.
+//      it computes), with a warning once per process; oldest first, and
+//      only while no runner is inside a callback that is not waiting for
+//      an op (WaitingInCallback), so callbacks never run two at a time.
 //
 // What stays possible: a still thread that wakes (a data queue, a sleep)
 // while a runner runs a callback, and a thread entering MCCL while one runs.
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -78,6 +81,21 @@ class PendingMark {
 // the pending mark (Work::wait runs it on the waiting thread).
 std::shared_ptr<PendingMark> deferMark(std::shared_ptr<Issuer> issuer, std::function<void()> mark);
 
+// Alive while a callback on a runner thread blocks for an op (Work.wait, a
+// mark another thread runs): the runner counts as waiting, not running, and
+// a mark past the deadline may go to another runner meanwhile (the op it
+// waits for may need that). Elsewhere it does nothing.
+class WaitingInCallback {
+ public:
+  WaitingInCallback();
+  ~WaitingInCallback();
+  WaitingInCallback(const WaitingInCallback&) = delete;
+  WaitingInCallback& operator=(const WaitingInCallback&) = delete;
+
+ private:
+  bool counted_;
+};
+
 // MCCL entry points: runs, on the calling thread, every pending mark of the
 // ops the current issuer issued.
 void runMarksOfThisThread();
@@ -92,5 +110,7 @@ MarkCounts markCounts();
 
 // Whether the calling thread is one of MCCL's callback runners (tests).
 bool onCallbackThread();
+// The calling thread's stack size in bytes (tests; 0 if unknown).
+size_t thisThreadStackBytes();
 
 }  // namespace mccl::torch_adapter

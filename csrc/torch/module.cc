@@ -64,6 +64,8 @@ PYBIND11_MODULE(_C, m) {
         "Whether the calling thread is MCCL's device completion thread (tests)");
   m.def("_on_callback_thread", &mccl::torch_adapter::onCallbackThread,
         "Whether the calling thread is one of MCCL's callback runner threads (tests)");
+  m.def("_this_thread_stack_bytes", &mccl::torch_adapter::thisThreadStackBytes,
+        "The calling thread's stack size in bytes, 0 if unknown (tests)");
   m.def(
       "_callback_counts",
       [] {

@@ -1,5 +1,7 @@
 #include "work.h"
 
+#include <optional>
+
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
@@ -403,6 +405,8 @@ std::vector<at::Tensor> WorkMCCL::result() { return outputs_; }
 
 bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
+  std::optional<WaitingInCallback> waiting;
+  if (!completed_) waiting.emplace();  // a callback on a runner, waiting for its op
   if (timeout.count() > 0) {
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
       throw c10::DistBackendError(
@@ -412,6 +416,7 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   } else {
     cv_.wait(lock, [&] { return completed_; });
   }
+  waiting.reset();
   lock.unlock();
   // The Future is complete when wait() returns, errors too.
   if (!runMarkHere(timeout.count())) {

@@ -57,13 +57,14 @@ def test_fake_mps_callbacks_run_where_mps_is_safe(mode):
     # issuing thread computes: on that thread at its next MCCL call or
     # Work.wait(), on a runner thread once every thread rests (DDP's reducer
     # with fp16_compress_hook and PowerSGD, against Gloo).
-    outs = run_workers("mps_callbacks.py", 2, env=FAKE_MPS[mode], timeout=180)
+    outs = run_workers("mps_callbacks.py", 2, env=dict(FAKE_MPS[mode], MCCL_TEST_STACK_KIB="512"), timeout=180)
     assert "callback counts" in outs[0]
 
 
 def test_fake_mps_callbacks_past_the_deadline():
     run_workers("mps_callbacks.py", 2, "deadline",
-                env=dict(FAKE_MPS["private"], MCCL_CALLBACK_DEADLINE_MS="200"), timeout=120)
+                env=dict(FAKE_MPS["private"], MCCL_CALLBACK_DEADLINE_MS="200", MCCL_TEST_STACK_KIB="512"),
+                timeout=120)
 
 
 @pytest.mark.parametrize("piece", ["4M", "64K"])

@@ -8,9 +8,17 @@ threads at once, and callbacks run MPS kernels (DDP comm hooks). Callbacks
 that issue ops and wait for them (PowerSGD) do not hang."""
 
 import os
+import resource
 import sys
 import threading
 import time
+
+# Runner threads bring their own 8 MiB stack: run with a small default (as
+# macOS gives secondary threads 512 KiB; glibc takes RLIMIT_STACK at start).
+_KIB = int(os.environ.get("MCCL_TEST_STACK_KIB", "0"))
+if _KIB and resource.getrlimit(resource.RLIMIT_STACK)[0] != _KIB * 1024:
+    resource.setrlimit(resource.RLIMIT_STACK, (_KIB * 1024, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import torch
 import torch.distributed as dist
@@ -22,6 +30,14 @@ from common import done, init
 rank, world = init()
 assert mccl._C._fake_device_enabled(), "run with MCCL_FAKE_DEVICE_FOR_TESTING=mps-*"
 MAIN = threading.get_native_id()
+if _KIB:
+    # A thread started the default way gets the small stack here; MCCL's
+    # runners must not (checked in record()).
+    sizes = []
+    t = threading.Thread(target=lambda: sizes.append(mccl._C._this_thread_stack_bytes()))
+    t.start()
+    t.join()
+    assert 0 < sizes[0] <= 1 << 20, sizes
 busy = False  # the main thread is computing (it would be using MPS)
 records = []
 
@@ -36,6 +52,9 @@ def record(fut):
     # Running elsewhere than the issuing thread is allowed only while that
     # thread is blocked (or past the deadline, checked apart below).
     records.append((me == MAIN, mccl._C._on_callback_thread(), busy, state_of(MAIN) if me != MAIN else "-"))
+    if mccl._C._on_callback_thread():
+        assert mccl._C._this_thread_stack_bytes() >= 8 << 20, mccl._C._this_thread_stack_bytes()
+
     # The callback runs a "kernel" on the device, as a comm hook would.
     out = fut.value()[0]
     out.mul_(2)
@@ -79,6 +98,34 @@ if sys.argv[1:] == ["deadline"]:
     assert len(records) == 1 and records[0][:3] == (False, True, True), records
     assert torch.equal(c5.value(), 2 * want(5, 5))
     assert counts()["at_deadline"] == base["at_deadline"] + 1, counts()
+
+    # Two ops past the deadline while the issuer still never rests: their
+    # callbacks (each computing for 0.3 s) run one after the other, never
+    # on two threads at once, in the order the ops were issued.
+    spans = []
+
+    def slow(tag):
+        def cb(fut):
+            t0 = time.monotonic()
+            out = fut.value()[0]
+            out.mul_(2)
+            while time.monotonic() < t0 + 0.3:
+                pass
+            spans.append((tag, t0, time.monotonic(), threading.get_native_id()))
+            return out
+        return cb
+
+    mccl._C._fake_mps_copy_back_delay(100_000)
+    w6 = dist.all_reduce(data(6, 6), async_op=True)
+    c6 = w6.get_future().then(slow("first"))
+    w7 = dist.all_reduce(data(7, 7), async_op=True)
+    c7 = w7.get_future().then(slow("second"))
+    mccl._C._fake_mps_copy_back_delay(-1)
+    spin(10.0, until=lambda: c6.done() and c7.done())
+    assert [s[0] for s in spans] == ["first", "second"], spans
+    assert spans[0][2] <= spans[1][1], f"two callbacks ran at once, on threads {spans[0][3]} and {spans[1][3]}: {spans}"
+    assert torch.equal(c6.value(), 2 * want(6, 6)) and torch.equal(c7.value(), 2 * want(7, 7))
+    assert counts()["at_deadline"] == base["at_deadline"] + 3, counts()
     done()
     sys.exit(0)
 
