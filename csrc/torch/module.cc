@@ -12,7 +12,10 @@
 #include "completer.h"
 #include "mps_device.h"
 #include "fake_gpu.h"
+#include "algo/model.h"
 #include "algo/registry.h"
+#include "algo/select.h"
+#include "comm/config.h"
 #include "comm/cost_model.h"
 #include "reduce/parallel.h"
 #include "reduce/wire_int8.h"
@@ -21,6 +24,20 @@
 
 namespace py = pybind11;
 using mccl::torch_adapter::ProcessGroupMCCL;
+
+namespace {
+
+// A cost model from mccl._C.cost_model()'s keys.
+mccl::CostModel costModelFrom(py::dict model) {
+  mccl::CostModel cm;
+  cm.alphaUs = model["alpha_us"].cast<double>();
+  cm.overheadUs = model["overhead_us"].cast<double>();
+  cm.betaNsPerByte = model["beta_ns_per_byte"].cast<double>();
+  cm.gammaNsPerByte = model["gamma_ns_per_byte"].cast<double>();
+  return cm;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "MCCL: collectives over TCP for torch.distributed (C++ core)";
@@ -243,11 +260,7 @@ PYBIND11_MODULE(_C, m) {
       "predict_seconds",
       [](const std::string& op, const std::string& algo, size_t bytes, int n, py::dict model,
          size_t chunkBytes) {
-        mccl::CostModel cm;
-        cm.alphaUs = model["alpha_us"].cast<double>();
-        cm.overheadUs = model["overhead_us"].cast<double>();
-        cm.betaNsPerByte = model["beta_ns_per_byte"].cast<double>();
-        cm.gammaNsPerByte = model["gamma_ns_per_byte"].cast<double>();
+        const mccl::CostModel cm = costModelFrom(model);
         for (int k = 0; k < mccl::kNumOpKinds; ++k) {
           auto kind = static_cast<mccl::OpKind>(k);
           if (op != mccl::opKindName(kind)) continue;
@@ -258,5 +271,31 @@ PYBIND11_MODULE(_C, m) {
       py::arg("op"), py::arg("algo"), py::arg("bytes"), py::arg("n"), py::arg("model"),
       py::arg("chunk_bytes") = size_t{1} << 20,
       "Seconds the cost model predicts for `algo` running `op` (names as in MCCL_ALGO)");
+  m.def(
+      "bruck_radix",
+      [](size_t bytes, int n, py::dict model) { return mccl::algo::bruckRadix(costModelFrom(model), bytes, n); },
+      py::arg("bytes"), py::arg("n"), py::arg("model"),
+      "The radix of MCCL's Bruck all-reduce for `bytes` on n ranks under this cost model");
+  m.def(
+      "chosen_algorithm",
+      [](const std::string& op, size_t bytes, int n, py::dict model) {
+        // What a group of n ranks with this model chooses (this process's
+        // MCCL_* settings, MCCL_ALGO included).
+        mccl::CommConfig cfg = mccl::CommConfig::fromEnv(0, n);
+        cfg.model = costModelFrom(model);
+        for (int k = 0; k < mccl::kNumOpKinds; ++k) {
+          auto kind = static_cast<mccl::OpKind>(k);
+          if (op != mccl::opKindName(kind)) continue;
+          const auto& a = mccl::algo::chooseAlgorithm(cfg, cfg.model, kind, bytes);
+          std::string name = a.name;
+          if (kind == mccl::OpKind::kAllreduce && a.id == mccl::Algo::kBruck) {
+            name += " (radix " + std::to_string(mccl::algo::bruckRadix(cfg.model, bytes, n)) + ")";
+          }
+          return name;
+        }
+        throw py::value_error("unknown collective: " + op);
+      },
+      py::arg("op"), py::arg("bytes"), py::arg("n"), py::arg("model"),
+      "The algorithm a group of n ranks chooses for `op` on `bytes` under this cost model");
   m.attr("built_with_torch") = TORCH_VERSION;
 }

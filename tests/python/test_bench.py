@@ -3,6 +3,7 @@ what it should (figures themselves are for docs/benchmarks.md, not tests)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -111,6 +112,31 @@ def test_tune_writes_the_cost_model(tmp_path):
         assert f"{key}=" in conf, conf
         assert key in text
     assert "predicted(us)" in text
+    # Bruck in the fitted model's radix, and what a group with the fitted
+    # model chooses, measured at 8 bytes and 64 KiB.
+    import mccl
+    model = {k: float(v) for k, v in (ln.split("=") for ln in conf.splitlines() if "=" in ln and ln[0] != "#")}
+    for size, label in ((8, "8 B"), (64 << 10, "64 KiB")):
+        radix = mccl._C.bruck_radix(size, 2, model)
+        assert re.search(rf"bruck \(radix {radix}\) +{label} +[0-9.]+ +[0-9.]+", text), text
+        chosen = mccl._C.chosen_algorithm("allreduce", size, 2, model)
+        assert re.search(rf"auto: {re.escape(chosen)} +{label} +[0-9.]+ +[0-9.]+", text), text
+
+
+def test_chosen_algorithm_follows_the_cost_model():
+    import mccl
+    builtin = {"alpha_us": 30.0, "overhead_us": 10.0, "beta_ns_per_byte": 0.8, "gamma_ns_per_byte": 0.1}
+    # docs/benchmarks.md, "Scale": the built-in model takes Bruck in radix 3
+    # for 8 bytes on 24 ranks; the model tuned on the 24-host lab (a
+    # message's CPU cost three times the built-in's) takes radix 2.
+    assert mccl._C.chosen_algorithm("allreduce", 8, 24, builtin) == "bruck (radix 3)"
+    tuned = dict(builtin, alpha_us=23.91, overhead_us=33.34, beta_ns_per_byte=8.1338)
+    assert mccl._C.chosen_algorithm("allreduce", 8, 24, tuned) == "bruck (radix 2)"
+    assert mccl._C.bruck_radix(8, 24, tuned) == 2
+    assert mccl._C.chosen_algorithm("allreduce", 64 << 20, 24, builtin) == "ring"
+    assert mccl._C.chosen_algorithm("allgather", 64 << 20, 5, builtin) == "ring"
+    with pytest.raises(ValueError, match="unknown collective"):
+        mccl._C.chosen_algorithm("all_reduce", 8, 4, builtin)
 
 
 def test_elastic_mode_measures_every_change(tmp_path):

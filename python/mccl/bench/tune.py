@@ -25,11 +25,18 @@ import mccl
 from .common import fmt_size, median
 
 
-def _group_with(algo: str):
-    """A group whose all_reduce uses `algo` (and the built-in model)."""
-    saved = {k: os.environ.pop(k, None) for k in ("MCCL_ALGO", "MCCL_TUNE_FILE")}
+_MODEL_ENV = {"alpha_us": "MCCL_ALPHA_US", "overhead_us": "MCCL_OVERHEAD_US",
+              "beta_ns_per_byte": "MCCL_BETA_NS_PER_BYTE", "gamma_ns_per_byte": "MCCL_GAMMA_NS_PER_BYTE"}
+
+
+def _group_with(algo: str, model: dict | None = None):
+    """A group whose all_reduce uses `algo` ("": the model's choice) and the
+    built-in model, or `model`."""
+    saved = {k: os.environ.pop(k, None) for k in ("MCCL_ALGO", "MCCL_TUNE_FILE", *_MODEL_ENV.values())}
     os.environ["MCCL_ALGO"] = algo
     os.environ["MCCL_TUNE_FILE"] = os.devnull
+    for k, v in (model or {}).items():
+        os.environ[_MODEL_ENV[k]] = repr(float(v))
     try:
         return dist.new_group(backend="mccl")
     finally:
@@ -129,10 +136,23 @@ def run(args) -> dict:
                 continue
             t = _time_allreduce(grp, s, rounds=3)
             checks.append((algo, s, t, c * 1e-6 + mccl._C.predict_seconds("allreduce", algo, s, n, model)))
+    # Small sizes under the fitted model: Bruck (in the radix this model
+    # picks) and whatever a group with this model chooses, so a fleet sees
+    # whether the choice holds there.
+    fitted = {"bruck": _group_with("allreduce=bruck", model), "auto": _group_with("", model)}
+    for name, grp in fitted.items():
+        for s in (8, 64 << 10):
+            if name == "bruck":
+                algo, label = "bruck", f"bruck (radix {mccl._C.bruck_radix(s, n, model)})"
+            else:
+                label = "auto: " + mccl._C.chosen_algorithm("allreduce", s, n, model)
+                algo = label.split()[1]
+            t = _time_allreduce(grp, s, rounds=3)
+            checks.append((label, s, t, c * 1e-6 + mccl._C.predict_seconds("allreduce", algo, s, n, model)))
     if rank == 0:
-        print(f"{'algorithm':>20} {'size':>10} {'measured(us)':>13} {'predicted(us)':>14}")
+        print(f"{'algorithm':>28} {'size':>10} {'measured(us)':>13} {'predicted(us)':>14}")
         for algo, s, t, pr in checks:
-            print(f"{algo:>20} {fmt_size(s):>10} {t * 1e6:>13.1f} {pr * 1e6:>14.1f}")
-    for grp in groups.values():
+            print(f"{algo:>28} {fmt_size(s):>10} {t * 1e6:>13.1f} {pr * 1e6:>14.1f}")
+    for grp in list(groups.values()) + list(fitted.values()):
         dist.destroy_process_group(grp)
     return model
