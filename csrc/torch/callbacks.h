@@ -21,7 +21,8 @@
 //      marks go to another runner at the next quiet spell;
 //   3. else, past MCCL_CALLBACK_DEADLINE_MS, a runner anyway (a process
 //      where some thread never rests, e.g. one polling Future.done() while
-//      it computes), with a warning once per process; oldest first, and
+//      it computes), with a warning once per process; the mark of the op
+//      that completed first goes first, and
 //      only while no runner is inside a callback that is not waiting for
 //      an op (WaitingInCallback), so callbacks never run two at a time.
 //
