@@ -144,6 +144,44 @@ TEST(Allreduce, BruckEveryRadixOnLargeGroups) {
     }, std::chrono::seconds(300));
   }
 }
+TEST(Allreduce, Rabenseifner) { allreduceSweep("allreduce=rabenseifner"); }
+TEST(Allreduce, RabenseifnerPipelined) { allreduceSweep("allreduce=rabenseifner", pipelined); }
+
+// Recursive halving and doubling on large, odd, prime and power-of-two
+// groups (the fold of 1 to 31 extra ranks): exact against the references,
+// and float32 sums whose value depends on the order bit-identical on every
+// rank (each block is summed by one owner and copied).
+TEST(Allreduce, RabenseifnerOnLargeGroups) {
+  for (int n : {8, 9, 16, 17, 24, 33, 48, 64}) {
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    runRanks(n, [&](Communicator& comm) {
+      int salt = 0;
+      for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kBFloat16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          if (!reduceSupported(dt, op)) continue;
+          for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1031}}) checkAllreduce(comm, dt, op, count, ++salt);
+        }
+      }
+      const size_t count = 4099;
+      std::vector<float> mine(count);
+      for (size_t i = 0; i < count; ++i) {
+        mine[i] = (comm.rank() % 3 == 0 ? 1e7f : 1.0f) * static_cast<float>((comm.rank() * 7 + static_cast<int>(i)) % 11) / 3.0f;
+      }
+      AllreduceOptions o;
+      o.buf = mine.data();
+      o.count = count;
+      allreduce(comm, o)->wait();
+      got[static_cast<size_t>(comm.rank())] = mine;
+    }, [&](CommConfig& cfg) {
+      cfg.algo = "allreduce=rabenseifner";
+      cfg.chunkBytes = 4096;  // several chunks per step
+    }, std::chrono::seconds(300));
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(got[static_cast<size_t>(r)].data(), got[0].data(), got[0].size() * sizeof(float)), 0)
+          << "rank " << r << " of " << n << " differs from rank 0";
+    }
+  }
+}
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
 
 // Same-host reads (the ranks are threads of one process, which can always

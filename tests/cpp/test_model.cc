@@ -43,6 +43,27 @@ TEST(CostModel, LatencyAlgorithmsForSmallBandwidthForLarge) {
   EXPECT_THROW(algo::choose(c, m, OpKind::kAllreduce, 8), Error);
 }
 
+// Medium buffers on groups of a power of two: recursive halving and
+// doubling (log2 n steps each way, the ring's bytes) where each rank's share
+// is small; the ring beyond, and on other group sizes unless forced.
+TEST(CostModel, RabenseifnerForMediumBuffersOnLargerGroups) {
+  CommConfig c;
+  CostModel m;  // built-in
+  c.size = 16;
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 256 << 10), Algo::kRabenseifner);
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 64 << 20), Algo::kRing);  // share over MCCL_SMALL_BYTES
+  EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, 8), Algo::kRabenseifner);
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 1 << 20), Algo::kRabenseifner);  // 64 KiB each
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, (1 << 20) + 64), Algo::kRing);
+  c.size = 24;
+  EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, 256 << 10), Algo::kRabenseifner);
+  c.size = 2;  // the ring's two steps, which come first in the table
+  EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, 64 << 10), Algo::kRabenseifner);
+  // Forced, it runs at any size.
+  c.algo = "allreduce=rabenseifner";
+  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 64 << 20), Algo::kRabenseifner);
+}
+
 TEST(CostModel, PredictionsGrowWithSize) {
   CostModel m;
   for (Algo a : {Algo::kRing, Algo::kRecursiveDoubling, Algo::kDirect}) {

@@ -123,6 +123,19 @@ double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   return bruckSeconds(m, static_cast<double>(bytes), n, bruckRadix(m, bytes, n));
 }
 
+double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  if (n <= 1) return 0.0;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const double x = static_cast<double>(bytes);
+  // Folding in and out: the whole buffer each way (reduced on the way in).
+  double t = p == n ? 0.0 : stepSeconds(m, x, 1) + stepSeconds(m, x, 0);
+  for (int part = 2; part <= p; part *= 2) {
+    t += stepSeconds(m, x / part, 1) + stepSeconds(m, x / part, 0);  // halving, doubling
+  }
+  return t;
+}
+
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes) {
   if (n <= 1) return 0.0;
   return chainSeconds(m, OpKind::kBroadcast, static_cast<double>(bytes), n,

@@ -28,6 +28,9 @@ double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n
 // and the time at that radix.
 int bruckRadix(const CostModel& m, size_t bytes, int n);
 double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+// Recursive halving then doubling (allreduce_rabenseifner.cc), with the
+// fold of a non-power-of-two group.
+double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double reduceChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);

@@ -10,6 +10,7 @@ Task allreduceRing(OpContext& ctx, AllreduceOptions o);
 Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o);
 Task allreduceDirect(OpContext& ctx, AllreduceOptions o);
 Task allreduceBruck(OpContext& ctx, AllreduceOptions o);
+Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o);
 Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
 Task broadcastChain(OpContext& ctx, BroadcastOptions o);
 Task reduceBinomial(OpContext& ctx, ReduceOptions o);
@@ -42,6 +43,8 @@ const std::vector<Algorithm>& algorithms() {
          allreduceRecursiveDoubling, allreduceRecursiveDoublingSeconds},
         {Algo::kDirect, OpKind::kAllreduce, "direct", allreduceDirect, allreduceDirectSeconds, true},
         {Algo::kBruck, OpKind::kAllreduce, "bruck", allreduceBruck, allreduceBruckSeconds, true},
+        {Algo::kRabenseifner, OpKind::kAllreduce, "rabenseifner", allreduceRabenseifner,
+         allreduceRabenseifnerSeconds, false, true},
         {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},
         {Algo::kChain, OpKind::kBroadcast, "chain", broadcastChain, broadcastChainSeconds},
         {Algo::kBinomial, OpKind::kReduce, "binomial", reduceBinomial, reduceBinomialSeconds},

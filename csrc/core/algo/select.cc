@@ -1,5 +1,7 @@
 #include "algo/select.h"
 
+#include <algorithm>
+
 #include "algo/registry.h"
 #include "util/check.h"
 
@@ -39,6 +41,10 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
   double bestCost = 0;
   for (const auto& a : algorithms()) {
     if (a.op != op || (a.smallOnly && candidates > 1 && bytes > cfg.smallBytes)) continue;
+    if (a.mediumOnPowersOfTwo && candidates > 1 &&
+        ((cfg.size & (cfg.size - 1)) != 0 || bytes / static_cast<size_t>(std::max(1, cfg.size)) > cfg.smallBytes)) {
+      continue;
+    }
     double cost = a.cost(model, bytes, cfg.size, cfg.chunkBytes);
     if (best == nullptr || cost < bestCost) {
       best = &a;

@@ -24,6 +24,7 @@ enum class Algo : uint8_t {
   kPairwise = 6,
   kDissemination = 7,
   kBruck = 8,
+  kRabenseifner = 9,
 };
 // "ring"; "none" for kNone; "algorithm #N" for an id no table names.
 std::string algoName(Algo a);
