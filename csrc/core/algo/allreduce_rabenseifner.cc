@@ -67,7 +67,10 @@ Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o) {
   const Partition part(o.count, p);
   auto at = [&](int block) { return block == p ? o.count : part.offset(block); };  // element offset
   const size_t chunkBytes = ctx.config().chunkBytes;
-  // Step k's messages: slots (k + 2) << 20 onwards, one per chunk.
+  // Step k's messages: slots (k + 2) << 20 onwards, one per chunk; a step
+  // of more than 2^20 - 1 chunks (GiBs in 4 KiB chunks) takes larger ones.
+  constexpr size_t kMaxChunks = (size_t{1} << 20) - 1;
+  auto chunks = [&](size_t elems) { return std::min(chunksFor(elems, es, chunkBytes), kMaxChunks); };
   auto slot = [](int step, size_t chunk) { return slotId((static_cast<uint64_t>(step) + 2) << 20 | chunk); };
 
   // Sends [sb, se) and receives [rb, re) (element offsets) from `peer`;
@@ -75,7 +78,7 @@ Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o) {
   // received in place.
   auto exchange = [&](int step, int peer, size_t sb, size_t se, size_t rb, size_t re, bool add) -> Task {
     const size_t sn = se - sb, rn = re - rb;
-    const size_t sch = chunksFor(sn, es, chunkBytes), rch = chunksFor(rn, es, chunkBytes);
+    const size_t sch = chunks(sn), rch = chunks(rn);
     uint8_t* dst = add ? tmp.data() : buf;
     std::vector<std::shared_ptr<RecvRequest>> recvs(rch);
     for (size_t c = 0; c < rch; ++c) {
