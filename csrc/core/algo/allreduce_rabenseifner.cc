@@ -3,10 +3,10 @@
 // doubling. 2 log2(p) steps that together move 2(p-1)/p of the buffer, as
 // the ring does in 2(n-1) steps, so the ring's per-step latency is paid
 // log2(p) times instead of n-1 times. A group that is not a power of two
-// first folds, as recursive doubling does: among the first 2*rem ranks each
-// even rank hands its whole buffer to the odd rank above it and gets the
-// result back at the end (two more full-buffer transfers, which the cost
-// model prices).
+// first folds, as recursive doubling does (Fold, common.h): among the
+// first 2*rem ranks each even rank hands its whole buffer to the odd rank
+// above it and gets the result back at the end (two more full-buffer
+// transfers, which the cost model prices).
 //
 // The buffer is cut into p blocks (the first count % p one element longer).
 // Halving step s exchanges half of the current range with the partner at
@@ -36,33 +36,18 @@ Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o) {
   premul(buf, buf, o.count, o.dtype, o.op, o.premulFactor);
   if (n == 1) co_return;
 
-  const auto combine = kernels::combiner(o.dtype, o.op);
-  int p = 1, levels = 0;
-  while (p * 2 <= n) {
-    p *= 2;
-    ++levels;
-  }
-  const int rem = n - p;
   constexpr uint32_t kFold = 0, kUnfold = 1;
-
-  if (r < 2 * rem && r % 2 == 0) {
-    auto s = ctx.isend(r + 1, kFold, buf, bytes);
-    co_await ctx.wait(s);
-    auto back = ctx.irecv(r + 1, kUnfold, buf, bytes);
-    co_await ctx.wait(back);
+  const Fold f(n, r);
+  if (f.handsOver()) {
+    co_await handOver(ctx, buf, bytes, kFold, kUnfold);
     co_return;
   }
+  const auto combine = kernels::combiner(o.dtype, o.op);
   Scratch tmp = ctx.scratch(bytes + 1);
-  int vr;
-  if (r < 2 * rem) {
-    auto in = ctx.irecv(r - 1, kFold, tmp.data(), bytes);
-    co_await ctx.wait(in);
-    combine(buf, buf, tmp.data(), o.count);
-    vr = r / 2;
-  } else {
-    vr = r - rem;
-  }
-  auto real = [&](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  co_await foldIn(ctx, f, buf, tmp.data(), o.count, o.dtype, o.op, kFold);
+  const int p = f.p, vr = f.vr;
+  int levels = 0;
+  while ((1 << levels) < p) ++levels;
 
   const Partition part(o.count, p);
   auto at = [&](int block) { return block == p ? o.count : part.offset(block); };  // element offset
@@ -110,7 +95,7 @@ Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o) {
     const bool lower = (vr & mask) == 0;
     const int keepLo = lower ? lo : mid, keepHi = lower ? mid : hi;
     const int sendLo = lower ? mid : lo, sendHi = lower ? hi : mid;
-    co_await exchange(s, real(vr ^ mask), at(sendLo), at(sendHi), at(keepLo), at(keepHi), true);
+    co_await exchange(s, f.real(vr ^ mask), at(sendLo), at(sendHi), at(keepLo), at(keepHi), true);
     lo = keepLo;
     hi = keepHi;
   }
@@ -121,15 +106,12 @@ Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o) {
     const int mask = 1 << s, width = hi - lo;
     const bool lower = (vr & mask) == 0;
     const int otherLo = lower ? hi : lo - width, otherHi = lower ? hi + width : lo;
-    co_await exchange(levels + s, real(vr ^ mask), at(lo), at(hi), at(otherLo), at(otherHi), false);
+    co_await exchange(levels + s, f.real(vr ^ mask), at(lo), at(hi), at(otherLo), at(otherHi), false);
     lo = std::min(lo, otherLo);
     hi = std::max(hi, otherHi);
   }
 
-  if (r < 2 * rem) {
-    auto s = ctx.isend(r - 1, kUnfold, buf, bytes);
-    co_await ctx.wait(s);
-  }
+  co_await foldOut(ctx, f, buf, bytes, kUnfold);
 }
 
 }  // namespace mccl::algo

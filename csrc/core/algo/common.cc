@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "reduce/parallel.h"
 #include "reduce/reduce.h"
 
 namespace mccl::algo {
@@ -22,6 +23,40 @@ Partition::Partition(size_t count, int n) {
 size_t chunksFor(size_t maxBlockElems, size_t elemSize, size_t chunkBytes) {
   size_t perChunk = std::max<size_t>(1, chunkBytes / elemSize);
   return std::max<size_t>(1, (maxBlockElems + perChunk - 1) / perChunk);
+}
+
+Fold::Fold(int n, int rank) {
+  while (p * 2 <= n) p *= 2;
+  rem = n - p;
+  if (rank >= 2 * rem) {
+    vr = rank - rem;
+  } else if (rank % 2 == 1) {
+    vr = rank / 2;
+  }
+}
+
+Task handOver(OpContext& ctx, uint8_t* buf, size_t bytes, uint32_t inSlot, uint32_t backSlot) {
+  const int to = ctx.rank() + 1;
+  auto s = ctx.isend(to, inSlot, buf, bytes);
+  co_await ctx.wait(s);
+  auto back = ctx.irecv(to, backSlot, buf, bytes);
+  co_await ctx.wait(back);
+}
+
+Task foldIn(OpContext& ctx, const Fold& f, uint8_t* buf, uint8_t* tmp, size_t count, DataType dtype,
+            ReduceOp op, uint32_t inSlot) {
+  const int r = ctx.rank();
+  if (r >= 2 * f.rem) co_return;
+  auto in = ctx.irecv(r - 1, inSlot, tmp, count * dtypeSize(dtype));
+  co_await ctx.wait(in);
+  kernels::combiner(dtype, op)(buf, buf, tmp, count);
+}
+
+Task foldOut(OpContext& ctx, const Fold& f, uint8_t* buf, size_t bytes, uint32_t backSlot) {
+  const int r = ctx.rank();
+  if (r >= 2 * f.rem) co_return;
+  auto s = ctx.isend(r - 1, backSlot, buf, bytes);
+  co_await ctx.wait(s);
 }
 
 uint32_t slotId(uint64_t value) {

@@ -8,6 +8,7 @@
 
 #include "algo/collectives.h"
 #include "comm/op_context.h"
+#include "comm/task.h"
 #include "util/check.h"
 
 namespace mccl::algo {
@@ -38,6 +39,30 @@ size_t chunksFor(size_t maxBlockElems, size_t elemSize, size_t chunkBytes);
 
 // Slot numbers are per message; checks they fit the frame's 32-bit field.
 uint32_t slotId(uint64_t value);
+
+// The fold of recursive doubling and Rabenseifner's all-reduce on n ranks
+// that are not a power of two: p is the largest power of two <= n and
+// rem = n - p. Among the first 2*rem ranks each even one hands its buffer to
+// the odd one above it (handOver: it then waits for the result) and the odd
+// one adds it (foldIn) and sends the result back at the end (foldOut); the
+// p ranks left run the power-of-two algorithm as virtual ranks 0..p-1.
+struct Fold {
+  Fold(int n, int rank);
+  int p = 1, rem = 0;
+  int vr = -1;  // this rank's virtual rank; -1 for a rank that hands over
+  bool handsOver() const { return vr < 0; }
+  // The real rank of virtual rank v.
+  int real(int v) const { return v < rem ? 2 * v + 1 : v + rem; }
+};
+// The even rank's part: sends `buf` on `inSlot`, receives the result into
+// it on `backSlot`.
+Task handOver(OpContext& ctx, uint8_t* buf, size_t bytes, uint32_t inSlot, uint32_t backSlot);
+// The odd rank's parts: adds the even rank's buffer (received into `tmp`,
+// `bytes` long) into `buf`, and later sends it the result. Nothing for the
+// ranks beyond the first 2*rem.
+Task foldIn(OpContext& ctx, const Fold& f, uint8_t* buf, uint8_t* tmp, size_t count, DataType dtype,
+            ReduceOp op, uint32_t inSlot);
+Task foldOut(OpContext& ctx, const Fold& f, uint8_t* buf, size_t bytes, uint32_t backSlot);
 
 // Scales `count` elements of `src` into `dst` for PREMUL_SUM (dst may be src).
 void premul(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op, double factor);
