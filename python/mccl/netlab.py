@@ -302,6 +302,16 @@ class Lab:
         return "\n".join(lines)
 
 
+def lab_for(name: str, nproc: int, tool: str) -> tuple[Lab, dict]:
+    """Lab `name` and the launch options (mccl.launch.run) that put `nproc`
+    ranks on its hosts; exits with "`tool`: why" when it cannot."""
+    try:
+        lab = Lab.load(name)
+        return lab, lab.launch_options(nproc)
+    except LabError as e:
+        raise SystemExit(f"{tool}: {e}") from None
+
+
 def down(name: str = "mccl") -> None:
     """Removes a lab (and any remains of a failed one) by name."""
     _cleanup(name)

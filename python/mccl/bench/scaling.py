@@ -38,12 +38,8 @@ def run(args) -> dict:
     env = {"OMP_NUM_THREADS": str(args.threads or 1)}
     placement, link_gbit = {}, args.link_gbit
     if args.netlab:
-        from ..netlab import Lab, LabError
-        try:
-            lab = Lab.load(args.netlab)
-            placement = lab.launch_options(max(ns))
-        except LabError as e:
-            raise SystemExit(f"mccl-bench scaling: {e}") from None
+        from ..netlab import lab_for
+        lab, placement = lab_for(args.netlab, max(ns), "mccl-bench scaling")
         if not link_gbit and lab.goodput:
             link_gbit = 8 * lab.goodput["min_GBps"]  # the ring's ceiling, `mccl netlab goodput`
     tail = args.trace_buckets and not args.fsdp

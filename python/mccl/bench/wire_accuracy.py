@@ -169,12 +169,8 @@ def run_real(args) -> list[dict]:
         raise SystemExit("mccl-bench wire-accuracy --real: every N must be at least 2")
     placement = {}
     if args.netlab:
-        from ..netlab import Lab, LabError
-        try:
-            lab = Lab.load(args.netlab)
-            placement = lab.launch_options(max(ns))
-        except LabError as e:
-            raise SystemExit(f"mccl-bench wire-accuracy: {e}") from None
+        from ..netlab import lab_for
+        lab = lab_for(args.netlab, max(ns), "mccl-bench wire-accuracy")[0]  # (checks it holds the largest N)
     names = ("mccl_bf16", "mccl_fp16", "mccl_bf16_ring", "mccl_int8", "bf16_compress_hook")
     print(f"# real all-reduces (AVG) of {args.elements} float32 values"
           f"{' on network lab ' + args.netlab if args.netlab else ' on local ranks'}: relative L2 error against "

@@ -40,11 +40,8 @@ def run(args) -> dict:
     seeds = [int(s) for s in args.seeds.split(",")]
     placement = {}
     if args.netlab:
-        from ..netlab import Lab, LabError
-        try:
-            placement = Lab.load(args.netlab).launch_options(args.nproc)
-        except LabError as e:
-            raise SystemExit(f"mccl-bench wire-train: {e}") from None
+        from ..netlab import lab_for
+        placement = lab_for(args.netlab, args.nproc, "mccl-bench wire-train")[1]
     base = [sys.executable, "-m", "mccl.workloads.vit", "--preset", args.preset, "--steps", str(args.steps),
             "--warmup", str(args.warmup), "--batch", str(args.batch), "--quiet", "--loss-curve",
             "--threads", "1", "--bucket-mb", str(args.bucket_mb)]
