@@ -1,5 +1,7 @@
 // mccl._C: the Python binding. Registration with torch.distributed happens
 // in python/mccl/__init__.py, which calls ProcessGroupMCCL's constructor.
+#include <optional>
+
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -35,6 +37,14 @@ mccl::CostModel costModelFrom(py::dict model) {
   cm.betaNsPerByte = model["beta_ns_per_byte"].cast<double>();
   cm.gammaNsPerByte = model["gamma_ns_per_byte"].cast<double>();
   return cm;
+}
+
+// The collective named `op` as in MCCL_ALGO ("allreduce"), or none.
+std::optional<mccl::OpKind> opKindNamed(const std::string& op) {
+  for (int k = 0; k < mccl::kNumOpKinds; ++k) {
+    if (op == mccl::opKindName(static_cast<mccl::OpKind>(k))) return static_cast<mccl::OpKind>(k);
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -260,11 +270,9 @@ PYBIND11_MODULE(_C, m) {
       "predict_seconds",
       [](const std::string& op, const std::string& algo, size_t bytes, int n, py::dict model,
          size_t chunkBytes) {
-        const mccl::CostModel cm = costModelFrom(model);
-        for (int k = 0; k < mccl::kNumOpKinds; ++k) {
-          auto kind = static_cast<mccl::OpKind>(k);
-          if (op != mccl::opKindName(kind)) continue;
-          if (const auto* a = mccl::algo::find(kind, algo)) return a->cost(cm, bytes, n, chunkBytes);
+        const auto kind = opKindNamed(op);
+        if (const auto* a = kind ? mccl::algo::find(*kind, algo) : nullptr) {
+          return a->cost(costModelFrom(model), bytes, n, chunkBytes);
         }
         throw py::value_error("unknown collective or algorithm: " + op + ", " + algo);
       },
@@ -281,19 +289,16 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& op, size_t bytes, int n, py::dict model) {
         // What a group of n ranks with this model chooses (this process's
         // MCCL_* settings, MCCL_ALGO included).
+        const auto kind = opKindNamed(op);
+        if (!kind) throw py::value_error("unknown collective: " + op);
         mccl::CommConfig cfg = mccl::CommConfig::fromEnv(0, n);
         cfg.model = costModelFrom(model);
-        for (int k = 0; k < mccl::kNumOpKinds; ++k) {
-          auto kind = static_cast<mccl::OpKind>(k);
-          if (op != mccl::opKindName(kind)) continue;
-          const auto& a = mccl::algo::chooseAlgorithm(cfg, cfg.model, kind, bytes);
-          std::string name = a.name;
-          if (kind == mccl::OpKind::kAllreduce && a.id == mccl::Algo::kBruck) {
-            name += " (radix " + std::to_string(mccl::algo::bruckRadix(cfg.model, bytes, n)) + ")";
-          }
-          return name;
+        const auto& a = mccl::algo::chooseAlgorithm(cfg, cfg.model, *kind, bytes);
+        std::string name = a.name;
+        if (*kind == mccl::OpKind::kAllreduce && a.id == mccl::Algo::kBruck) {
+          name += " (radix " + std::to_string(mccl::algo::bruckRadix(cfg.model, bytes, n)) + ")";
         }
-        throw py::value_error("unknown collective: " + op);
+        return name;
       },
       py::arg("op"), py::arg("bytes"), py::arg("n"), py::arg("model"),
       "The algorithm a group of n ranks chooses for `op` on `bytes` under this cost model");
