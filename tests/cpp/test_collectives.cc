@@ -182,6 +182,48 @@ TEST(Allreduce, RabenseifnerOnLargeGroups) {
     }
   }
 }
+TEST(Allreduce, RecursiveMultiplying) { allreduceSweep("allreduce=recursive_multiplying"); }
+
+// Groups of 2, 3, 5 and 7 per round on large, odd and prime groups (a prime
+// above 7 folds onto a smaller base): exact against the references, and
+// float32 sums whose value depends on the order bit-identical on every rank.
+TEST(Allreduce, RecursiveMultiplyingOnLargeGroups) {
+  for (int n : {9, 10, 11, 21, 23, 24, 35, 47, 48, 64}) {
+    const algo::RadixPlan plan = algo::radixPlan(CostModel{}, 8, n);
+    int product = 1;
+    for (int q : plan.factors) product *= q;
+    ASSERT_EQ(product, plan.base) << n;
+    ASSERT_LE(2 * (n - plan.base), n) << n;
+    if (n == 11 || n == 23 || n == 47) {
+      ASSERT_LT(plan.base, n) << "a prime above 7 folds";
+    }
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    runRanks(n, [&](Communicator& comm) {
+      ASSERT_EQ(algo::radixPlan(comm.model(), 8, comm.size()).factors, plan.factors);
+      int salt = 0;
+      for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kFloat16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          if (!reduceSupported(dt, op)) continue;
+          for (size_t count : {size_t{0}, size_t{1}, size_t{13}}) checkAllreduce(comm, dt, op, count, ++salt);
+        }
+      }
+      const size_t count = 7;
+      std::vector<float> mine(count);
+      for (size_t i = 0; i < count; ++i) {
+        mine[i] = (comm.rank() % 3 == 0 ? 1e7f : 1.0f) * static_cast<float>((comm.rank() * 7 + static_cast<int>(i)) % 11) / 3.0f;
+      }
+      AllreduceOptions o;
+      o.buf = mine.data();
+      o.count = count;
+      allreduce(comm, o)->wait();
+      got[static_cast<size_t>(comm.rank())] = mine;
+    }, [&](CommConfig& cfg) { cfg.algo = "allreduce=recursive_multiplying"; }, std::chrono::seconds(300));
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(got[static_cast<size_t>(r)].data(), got[0].data(), got[0].size() * sizeof(float)), 0)
+          << "rank " << r << " of " << n << " differs from rank 0";
+    }
+  }
+}
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
 
 // Same-host reads (the ranks are threads of one process, which can always

@@ -64,6 +64,38 @@ TEST(CostModel, RabenseifnerForMediumBuffersOnLargerGroups) {
   EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 64 << 20), Algo::kRabenseifner);
 }
 
+// Recursive multiplying's plan: a base of n/2 to n ranks with factors 2, 3,
+// 5 and 7 (their product), the fewest costly rounds under the model.
+TEST(CostModel, RecursiveMultiplyingPlans) {
+  CostModel m;  // built-in
+  for (int n = 1; n <= 200; ++n) {
+    const algo::RadixPlan p = algo::radixPlan(m, 8, n);
+    int product = 1;
+    for (int q : p.factors) {
+      EXPECT_TRUE(q == 2 || q == 3 || q == 5 || q == 7) << n;
+      product *= q;
+    }
+    EXPECT_EQ(product, p.base) << n;
+    EXPECT_LE(p.base, n);
+    EXPECT_LE(2 * (n - p.base), n) << n;
+  }
+  EXPECT_EQ(algo::radixPlan(m, 8, 24).factors, (std::vector<int>{2, 2, 2, 3}));
+  EXPECT_EQ(algo::radixPlan(m, 8, 16).factors, (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(algo::radixPlan(m, 8, 3).factors, (std::vector<int>{3}));
+  // 47 is prime: a base with small factors, the other ranks folded in.
+  EXPECT_LT(algo::radixPlan(m, 8, 47).base, 47);
+  // Fewer rounds than recursive doubling's fold where n is not a power of
+  // two; the same rounds (and cost) where it is.
+  EXPECT_LT(algo::allreduceRecursiveMultiplyingSeconds(m, 8, 24, 1 << 20),
+            algo::allreduceRecursiveDoublingSeconds(m, 8, 24, 1 << 20));
+  EXPECT_DOUBLE_EQ(algo::allreduceRecursiveMultiplyingSeconds(m, 8, 32, 1 << 20),
+                   algo::allreduceRecursiveDoublingSeconds(m, 8, 32, 1 << 20));
+  // Wherever it ties with recursive doubling, the table's order keeps that.
+  CommConfig c;
+  c.size = 32;
+  EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, 8), Algo::kRecursiveMultiplying);
+}
+
 TEST(CostModel, PredictionsGrowWithSize) {
   CostModel m;
   for (Algo a : {Algo::kRing, Algo::kRecursiveDoubling, Algo::kDirect}) {

@@ -22,6 +22,26 @@ def test_default_vit_has_the_reference_parameter_count():
     assert sum(p.numel() for p in model.parameters()) == 113_503_498
 
 
+def test_small_deep_has_the_references_shape_at_smalls_size():
+    """small-deep: the reference's 16 blocks, its first block (the last
+    gradients of backward) as small a share of the parameters, and about as
+    many bytes of gradients as small."""
+    from mccl.workloads import vit
+
+    def shares(name):
+        model = vit.build(name)
+        total = sum(p.numel() for p in model.parameters())
+        first = sum(p.numel() for p in model.blocks[0].parameters())
+        return model, total, first / total
+
+    ref, ref_total, ref_first = shares("vit-113m")
+    deep, deep_total, deep_first = shares("small-deep")
+    _, small_total, small_first = shares("small")
+    assert len(deep.blocks) == len(ref.blocks) == 16
+    assert abs(deep_first - ref_first) < 0.005 < small_first - ref_first
+    assert abs(deep_total / small_total - 1) < 0.05
+
+
 def test_vit_trains_over_mccl_and_reports_overlap():
     res = run([sys.executable, str(VIT), "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "8",
                "--measure-overlap", "--threads", "1", "--quiet"], 2, timeout=240, env={"OMP_NUM_THREADS": "1"})

@@ -25,8 +25,13 @@ size_t chunksFor(size_t maxBlockElems, size_t elemSize, size_t chunkBytes) {
   return std::max<size_t>(1, (maxBlockElems + perChunk - 1) / perChunk);
 }
 
-Fold::Fold(int n, int rank) {
-  while (p * 2 <= n) p *= 2;
+Fold::Fold(int n, int rank, int base) {
+  if (base > 0) {
+    MCCL_CHECK(base <= n && 2 * (n - base) <= n, "fold of ", n, " ranks onto ", base);
+    p = base;
+  } else {
+    while (p * 2 <= n) p *= 2;
+  }
   rem = n - p;
   if (rank >= 2 * rem) {
     vr = rank - rem;

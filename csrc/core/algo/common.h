@@ -46,8 +46,10 @@ uint32_t slotId(uint64_t value);
 // the odd one above it (handOver: it then waits for the result) and the odd
 // one adds it (foldIn) and sends the result back at the end (foldOut); the
 // p ranks left run the power-of-two algorithm as virtual ranks 0..p-1.
+// With `base` (n/2 <= base <= n), p is that instead (recursive multiplying
+// folds onto group sizes with small factors).
 struct Fold {
-  Fold(int n, int rank);
+  Fold(int n, int rank, int base = 0);
   int p = 1, rem = 0;
   int vr = -1;  // this rank's virtual rank; -1 for a rank that hands over
   bool handsOver() const { return vr < 0; }

@@ -123,6 +123,47 @@ double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   return bruckSeconds(m, static_cast<double>(bytes), n, bruckRadix(m, bytes, n));
 }
 
+namespace {
+
+// Rounds of f-1 whole-buffer exchanges at once, each followed by f-1
+// reductions, plus the fold in and out when base < n.
+double multiplyingSeconds(const CostModel& m, double bytes, int n, const RadixPlan& plan) {
+  double t = plan.base == n ? 0.0 : stepSeconds(m, bytes, 1) + stepSeconds(m, bytes, 0);
+  for (int f : plan.factors) t += fan(m, f - 1, bytes, 1);
+  return t;
+}
+
+}  // namespace
+
+RadixPlan radixPlan(const CostModel& m, size_t bytes, int n) {
+  RadixPlan best;
+  double bestTime = 0;
+  bool found = false;
+  for (int base = n; base >= 1 && 2 * (n - base) <= n; --base) {
+    RadixPlan plan{base, {}};
+    int rest = base;
+    for (int f = 2; f <= kMaxMultiplyingFactor; ++f) {
+      while (rest % f == 0) {
+        plan.factors.push_back(f);
+        rest /= f;
+      }
+    }
+    if (rest != 1) continue;  // a factor above kMaxMultiplyingFactor
+    const double t = multiplyingSeconds(m, static_cast<double>(bytes), n, plan);
+    if (!found || t < bestTime) {
+      best = plan;
+      bestTime = t;
+      found = true;
+    }
+  }
+  return best;
+}
+
+double allreduceRecursiveMultiplyingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  if (n <= 1) return 0.0;
+  return multiplyingSeconds(m, static_cast<double>(bytes), n, radixPlan(m, bytes, n));
+}
+
 double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   if (n <= 1) return 0.0;
   int p = 1;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "comm/cost_model.h"
 #include "comm/signature.h"
@@ -28,6 +29,19 @@ double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n
 // and the time at that radix.
 int bruckRadix(const CostModel& m, size_t bytes, int n);
 double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+// Recursive multiplying (allreduce_recursive_multiplying.cc): recursive
+// doubling generalised to groups of f = 2, 3, 5 or 7 ranks per round, on
+// `base` ranks whose size has only those factors (n/2 <= base <= n; the
+// other n - base fold in and out as in recursive doubling). The plan the
+// model finds fastest for `bytes` on n ranks (the largest base on ties;
+// every rank computes the same from the agreed model), and its time.
+struct RadixPlan {
+  int base = 1;
+  std::vector<int> factors;  // in the order of the rounds; their product is base
+};
+constexpr int kMaxMultiplyingFactor = 7;
+RadixPlan radixPlan(const CostModel& m, size_t bytes, int n);
+double allreduceRecursiveMultiplyingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 // Recursive halving then doubling (allreduce_rabenseifner.cc), with the
 // fold of a non-power-of-two group.
 double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);

@@ -11,6 +11,7 @@ Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o);
 Task allreduceDirect(OpContext& ctx, AllreduceOptions o);
 Task allreduceBruck(OpContext& ctx, AllreduceOptions o);
 Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o);
+Task allreduceRecursiveMultiplying(OpContext& ctx, AllreduceOptions o);
 Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
 Task broadcastChain(OpContext& ctx, BroadcastOptions o);
 Task reduceBinomial(OpContext& ctx, ReduceOptions o);
@@ -43,6 +44,8 @@ const std::vector<Algorithm>& algorithms() {
          allreduceRecursiveDoubling, allreduceRecursiveDoublingSeconds},
         {Algo::kDirect, OpKind::kAllreduce, "direct", allreduceDirect, allreduceDirectSeconds, true},
         {Algo::kBruck, OpKind::kAllreduce, "bruck", allreduceBruck, allreduceBruckSeconds, true},
+        {Algo::kRecursiveMultiplying, OpKind::kAllreduce, "recursive_multiplying",
+         allreduceRecursiveMultiplying, allreduceRecursiveMultiplyingSeconds},
         {Algo::kRabenseifner, OpKind::kAllreduce, "rabenseifner", allreduceRabenseifner,
          allreduceRabenseifnerSeconds, false, true},
         {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},

@@ -25,6 +25,7 @@ enum class Algo : uint8_t {
   kDissemination = 7,
   kBruck = 8,
   kRabenseifner = 9,
+  kRecursiveMultiplying = 10,
 };
 // "ring"; "none" for kNone; "algorithm #N" for an id no table names.
 std::string algoName(Algo a);
