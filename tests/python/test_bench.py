@@ -128,11 +128,16 @@ def test_chosen_algorithm_follows_the_cost_model():
     builtin = {"alpha_us": 30.0, "overhead_us": 10.0, "beta_ns_per_byte": 0.8, "gamma_ns_per_byte": 0.1}
     # docs/benchmarks.md, "Scale": the built-in model takes Bruck in radix 3
     # for 8 bytes on 24 ranks; the model tuned on the 24-host lab (a
-    # message's CPU cost three times the built-in's) takes radix 2.
+    # message's CPU cost three times the built-in's) takes recursive
+    # multiplying (2*2*2*3: four rounds, five messages), ahead of Bruck in
+    # radix 2 (five rounds of one message) and recursive doubling (six).
     assert mccl._C.chosen_algorithm("allreduce", 8, 24, builtin) == "bruck (radix 3)"
     tuned = dict(builtin, alpha_us=23.91, overhead_us=33.34, beta_ns_per_byte=8.1338)
-    assert mccl._C.chosen_algorithm("allreduce", 8, 24, tuned) == "bruck (radix 2)"
+    assert mccl._C.chosen_algorithm("allreduce", 8, 24, tuned) == "recursive_multiplying"
     assert mccl._C.bruck_radix(8, 24, tuned) == 2
+    rm, bruck, rd = (mccl._C.predict_seconds("allreduce", a, 8, 24, tuned)
+                     for a in ("recursive_multiplying", "bruck", "recursive_doubling"))
+    assert rm < bruck < rd
     assert mccl._C.chosen_algorithm("allreduce", 64 << 20, 24, builtin) == "ring"
     assert mccl._C.chosen_algorithm("allgather", 64 << 20, 5, builtin) == "ring"
     with pytest.raises(ValueError, match="unknown collective"):

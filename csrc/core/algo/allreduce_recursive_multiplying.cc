@@ -1,6 +1,8 @@
 // Recursive multiplying: recursive doubling generalised to rounds in groups
-// of f = 2, 3, 5 or 7 ranks, for small messages on groups that are not a
-// power of two. On n = 24 = 2*2*2*3 it takes four rounds (three pairwise,
+// of f = 2, 3, 5 or 7 ranks, for small messages (a candidate up to
+// MCCL_SMALL_BYTES: f-1 whole buffers arrive at once) on groups that are not
+// a power of two (where its plan is recursive doubling's, all twos, so is
+// its cost, and the table prefers recursive doubling). On n = 24 = 2*2*2*3 it takes four rounds (three pairwise,
 // one among three ranks) where recursive doubling takes six (it folds 8
 // ranks onto 16: four rounds plus the fold in and out), and, unlike
 // Bruck's all-gather, every message of a round goes to a rank that sends
@@ -17,6 +19,7 @@
 //
 // MPICH's recursive exchange (MPIR_Allreduce_intra_recexch) generalises
 // recursive doubling in the same way with a single radix k.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -44,8 +47,8 @@ Task allreduceRecursiveMultiplying(OpContext& ctx, AllreduceOptions o) {
   }
   int widest = 2;
   for (int q : plan.factors) widest = std::max(widest, q);
-  Scratch tmp = ctx.scratch(static_cast<size_t>(widest) * bytes + 1);
-  auto from = [&](int j) { return tmp.data() + static_cast<size_t>(j) * bytes; };
+  // Room for the f-1 values of the other group members (and the fold's one).
+  Scratch tmp = ctx.scratch(static_cast<size_t>(widest - 1) * bytes + 1);
   co_await foldIn(ctx, f, buf, tmp.data(), o.count, o.dtype, o.op, kFold);
 
   const auto combine = kernels::combiner(o.dtype, o.op);
@@ -53,6 +56,8 @@ Task allreduceRecursiveMultiplying(OpContext& ctx, AllreduceOptions o) {
   int stride = 1;
   for (int q : plan.factors) {
     const int d = (f.vr / stride) % q, first = f.vr - d * stride;
+    // Member j's value (j != d) lands in scratch slot j, or j - 1 above d.
+    auto from = [&](int j) { return tmp.data() + static_cast<size_t>(j < d ? j : j - 1) * bytes; };
     std::vector<std::shared_ptr<RecvRequest>> recvs;
     std::vector<std::shared_ptr<SendRequest>> sends;
     for (int j = 0; j < q; ++j) {

@@ -77,14 +77,6 @@ double allreduceDirectSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   return n <= 1 ? 0.0 : fan(m, n - 1, static_cast<double>(bytes), 1);
 }
 
-double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
-  if (n <= 1) return 0.0;
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  // Non-powers of two fold the extra ranks in and out: two more rounds.
-  const double rounds = std::log2(static_cast<double>(p)) + (p == n ? 0 : 2);
-  return rounds * stepSeconds(m, static_cast<double>(bytes), 1);
-}
 
 namespace {
 
@@ -125,43 +117,67 @@ double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t) {
 
 namespace {
 
-// Rounds of f-1 whole-buffer exchanges at once, each followed by f-1
-// reductions, plus the fold in and out when base < n.
-double multiplyingSeconds(const CostModel& m, double bytes, int n, const RadixPlan& plan) {
-  double t = plan.base == n ? 0.0 : stepSeconds(m, bytes, 1) + stepSeconds(m, bytes, 0);
-  for (int f : plan.factors) t += fan(m, f - 1, bytes, 1);
+// Rounds in groups of f (f-1 whole-buffer exchanges at once, each followed
+// by f-1 reductions), plus the fold in (reduced) and out when base < n.
+// Recursive doubling is the plan of all twos on the largest power of two:
+// both algorithms are priced by this one sum, so where their schedules are
+// the same their costs are equal to the bit and the table's order decides.
+double multiplyingSeconds(const CostModel& m, double bytes, int n, int base, const int* factors,
+                          size_t rounds) {
+  double t = base == n ? 0.0 : stepSeconds(m, bytes, 1) + stepSeconds(m, bytes, 0);
+  for (size_t i = 0; i < rounds; ++i) t += fan(m, factors[i] - 1, bytes, 1);
   return t;
+}
+
+// base's factors 2, 3, 5 and 7 in ascending order into `out` (room for 32);
+// their count, or -1 when base has a larger prime factor.
+int smallFactors(int base, int* out) {
+  int k = 0;
+  for (int f = 2; f <= kMaxMultiplyingFactor; ++f) {
+    while (base % f == 0) {
+      out[k++] = f;
+      base /= f;
+    }
+  }
+  return base == 1 ? k : -1;
 }
 
 }  // namespace
 
+double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  if (n <= 1) return 0.0;
+  int p = 1, twos[32], rounds = 0;
+  while (p * 2 <= n) {
+    p *= 2;
+    twos[rounds++] = 2;
+  }
+  return multiplyingSeconds(m, static_cast<double>(bytes), n, p, twos, static_cast<size_t>(rounds));
+}
+
 RadixPlan radixPlan(const CostModel& m, size_t bytes, int n) {
-  RadixPlan best;
+  int bestBase = 1;
   double bestTime = 0;
   bool found = false;
+  int factors[32];
   for (int base = n; base >= 1 && 2 * (n - base) <= n; --base) {
-    RadixPlan plan{base, {}};
-    int rest = base;
-    for (int f = 2; f <= kMaxMultiplyingFactor; ++f) {
-      while (rest % f == 0) {
-        plan.factors.push_back(f);
-        rest /= f;
-      }
-    }
-    if (rest != 1) continue;  // a factor above kMaxMultiplyingFactor
-    const double t = multiplyingSeconds(m, static_cast<double>(bytes), n, plan);
+    const int k = smallFactors(base, factors);
+    if (k < 0) continue;
+    const double t = multiplyingSeconds(m, static_cast<double>(bytes), n, base, factors, static_cast<size_t>(k));
     if (!found || t < bestTime) {
-      best = plan;
+      bestBase = base;
       bestTime = t;
       found = true;
     }
   }
-  return best;
+  RadixPlan plan{bestBase, {}};
+  plan.factors.assign(factors, factors + smallFactors(bestBase, factors));
+  return plan;
 }
 
 double allreduceRecursiveMultiplyingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   if (n <= 1) return 0.0;
-  return multiplyingSeconds(m, static_cast<double>(bytes), n, radixPlan(m, bytes, n));
+  const RadixPlan p = radixPlan(m, bytes, n);
+  return multiplyingSeconds(m, static_cast<double>(bytes), n, p.base, p.factors.data(), p.factors.size());
 }
 
 double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, size_t) {

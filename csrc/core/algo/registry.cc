@@ -45,7 +45,7 @@ const std::vector<Algorithm>& algorithms() {
         {Algo::kDirect, OpKind::kAllreduce, "direct", allreduceDirect, allreduceDirectSeconds, true},
         {Algo::kBruck, OpKind::kAllreduce, "bruck", allreduceBruck, allreduceBruckSeconds, true},
         {Algo::kRecursiveMultiplying, OpKind::kAllreduce, "recursive_multiplying",
-         allreduceRecursiveMultiplying, allreduceRecursiveMultiplyingSeconds},
+         allreduceRecursiveMultiplying, allreduceRecursiveMultiplyingSeconds, true},
         {Algo::kRabenseifner, OpKind::kAllreduce, "rabenseifner", allreduceRabenseifner,
          allreduceRabenseifnerSeconds, false, true},
         {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},

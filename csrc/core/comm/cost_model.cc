@@ -1,5 +1,6 @@
 #include "comm/cost_model.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -57,9 +58,22 @@ CostModel CostModel::parse(const std::string& text, const std::string& source) {
   return m;
 }
 
+namespace {
+
+// The shortest text that parses back to exactly `v`: every rank must derive
+// the same choices (Bruck's radix, recursive multiplying's plan) from the
+// same bits, since ranks compute them apart.
+std::string exact(double v) {
+  char text[64];
+  const auto r = std::to_chars(text, text + sizeof(text), v);
+  return std::string(text, r.ptr);
+}
+
+}  // namespace
+
 std::string CostModel::serialize() const {
-  return strCat("alpha_us=", alphaUs, "\noverhead_us=", overheadUs, "\nbeta_ns_per_byte=",
-                betaNsPerByte, "\ngamma_ns_per_byte=", gammaNsPerByte, "\n",
+  return strCat("alpha_us=", exact(alphaUs), "\noverhead_us=", exact(overheadUs), "\nbeta_ns_per_byte=",
+                exact(betaNsPerByte), "\ngamma_ns_per_byte=", exact(gammaNsPerByte), "\n",
                 sharedHost ? "shared_host=1\n" : "",
                 localReadBytes > 0 ? strCat("local_read_bytes=", localReadBytes, "\n") : "");
 }

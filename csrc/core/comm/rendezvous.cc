@@ -53,9 +53,9 @@ Rendezvous::Record Rendezvous::exchange(int rank, const CostModel& model,
   r.keyed = boot[40] == 1;
   const auto settingsBegin = boot.begin() + static_cast<long>(fixed);
   r.settings.assign(settingsBegin, settingsBegin + settingsLen);
-  r.model = rank == 0 ? model
-                      : CostModel::parse(std::string(settingsBegin + settingsLen, boot.end()),
-                                         "rank 0's cost model");
+  // Rank 0 too takes the model from the record, so that every rank holds
+  // the same bits.
+  r.model = CostModel::parse(std::string(settingsBegin + settingsLen, boot.end()), "rank 0's cost model");
   return r;
 }
 

@@ -39,7 +39,7 @@ PRESETS = {
     "vit-113m": (768, 16, 3072, 12, 4, 32, 10),
     "small": (256, 6, 1024, 8, 4, 32, 10),
     # The reference's depth and proportions (MLP 4x width, patch 4 on 32x32)
-    # at 160 wide: 4.96 M parameters, as many bytes of gradients as `small`
+    # at 160 wide: 4.97 M parameters, as many bytes of gradients as `small`
     # but spread over 16 blocks, so the last buckets of backward (the first
     # block and the embedding) are as small a share as ViT-113.5M's.
     "small-deep": (160, 16, 640, 5, 4, 32, 10),
