@@ -79,6 +79,32 @@ void allreduceSweep(const std::string& algo, const ConfigFn& extra = nullptr) {
   }
 }
 
+// float32 values whose sum depends on the order of addition (every third
+// rank's are 1e7 times larger): algorithms that must give every rank the
+// same bits are checked with these.
+float orderSensitive(int rank, size_t i) {
+  return (rank % 3 == 0 ? 1e7f : 1.0f) * static_cast<float>((rank * 7 + static_cast<int>(i)) % 11) / 3.0f;
+}
+
+// All-reduces `count` such values of this rank and returns the result.
+std::vector<float> allreduceOrderSensitive(Communicator& comm, size_t count) {
+  std::vector<float> mine(count);
+  for (size_t i = 0; i < count; ++i) mine[i] = orderSensitive(comm.rank(), i);
+  AllreduceOptions o;
+  o.buf = mine.data();
+  o.count = count;
+  allreduce(comm, o)->wait();
+  return mine;
+}
+
+// Every rank's result equals rank 0's, bit for bit.
+void expectBitIdentical(const std::vector<std::vector<float>>& got) {
+  for (size_t r = 1; r < got.size(); ++r) {
+    ASSERT_EQ(std::memcmp(got[r].data(), got[0].data(), got[0].size() * sizeof(float)), 0)
+        << "rank " << r << " of " << got.size() << " differs from rank 0";
+  }
+}
+
 TEST(Allreduce, Ring) { allreduceSweep("allreduce=ring"); }
 TEST(Allreduce, RingPipelinedStriped) { allreduceSweep("allreduce=ring", pipelined); }
 TEST(Allreduce, RecursiveDoubling) { allreduceSweep("allreduce=recursive_doubling"); }
@@ -119,20 +145,13 @@ TEST(Allreduce, BruckEveryRadixOnLargeGroups) {
       // float32 values whose sum depends on the order: every rank must hold
       // the rank-order fold, bit for bit.
       const size_t count = 7;
-      std::vector<float> mine(count), want(count);
-      auto v = [](int r, size_t i) {
-        return (r % 3 == 0 ? 1e7f : 1.0f) * static_cast<float>((r * 7 + static_cast<int>(i)) % 11) / 3.0f;
-      };
+      std::vector<float> want(count);
       for (size_t i = 0; i < count; ++i) {
-        mine[i] = v(comm.rank(), i);
-        float acc = v(0, i);
-        for (int r = 1; r < comm.size(); ++r) acc += v(r, i);
+        float acc = orderSensitive(0, i);
+        for (int r = 1; r < comm.size(); ++r) acc += orderSensitive(r, i);
         want[i] = acc;
       }
-      AllreduceOptions o;
-      o.buf = mine.data();
-      o.count = count;
-      allreduce(comm, o)->wait();
+      std::vector<float> mine = allreduceOrderSensitive(comm, count);
       for (size_t i = 0; i < count; ++i) {
         ASSERT_EQ(std::memcmp(&mine[i], &want[i], sizeof(float)), 0)
             << "rank " << comm.rank() << "/" << comm.size() << " k " << c.k << " at " << i << ": "
@@ -162,24 +181,12 @@ TEST(Allreduce, RabenseifnerOnLargeGroups) {
           for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1031}}) checkAllreduce(comm, dt, op, count, ++salt);
         }
       }
-      const size_t count = 4099;
-      std::vector<float> mine(count);
-      for (size_t i = 0; i < count; ++i) {
-        mine[i] = (comm.rank() % 3 == 0 ? 1e7f : 1.0f) * static_cast<float>((comm.rank() * 7 + static_cast<int>(i)) % 11) / 3.0f;
-      }
-      AllreduceOptions o;
-      o.buf = mine.data();
-      o.count = count;
-      allreduce(comm, o)->wait();
-      got[static_cast<size_t>(comm.rank())] = mine;
+      got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 4099);
     }, [&](CommConfig& cfg) {
       cfg.algo = "allreduce=rabenseifner";
       cfg.chunkBytes = 4096;  // several chunks per step
     }, std::chrono::seconds(300));
-    for (int r = 1; r < n; ++r) {
-      ASSERT_EQ(std::memcmp(got[static_cast<size_t>(r)].data(), got[0].data(), got[0].size() * sizeof(float)), 0)
-          << "rank " << r << " of " << n << " differs from rank 0";
-    }
+    expectBitIdentical(got);
   }
 }
 TEST(Allreduce, RecursiveMultiplying) { allreduceSweep("allreduce=recursive_multiplying"); }
@@ -207,24 +214,12 @@ TEST(Allreduce, RecursiveMultiplyingOnLargeGroups) {
           for (size_t count : {size_t{0}, size_t{1}, size_t{13}}) checkAllreduce(comm, dt, op, count, ++salt);
         }
       }
-      const size_t count = 7;
-      std::vector<float> mine(count);
-      for (size_t i = 0; i < count; ++i) {
-        mine[i] = (comm.rank() % 3 == 0 ? 1e7f : 1.0f) * static_cast<float>((comm.rank() * 7 + static_cast<int>(i)) % 11) / 3.0f;
-      }
-      AllreduceOptions o;
-      o.buf = mine.data();
-      o.count = count;
-      allreduce(comm, o)->wait();
-      got[static_cast<size_t>(comm.rank())] = mine;
+      got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 7);
     }, [&](CommConfig& cfg) {
       cfg.algo = "allreduce=recursive_multiplying";
       cfg.model = CostModel{};  // the built-in one, whatever tune file this machine has
     }, std::chrono::seconds(300));
-    for (int r = 1; r < n; ++r) {
-      ASSERT_EQ(std::memcmp(got[static_cast<size_t>(r)].data(), got[0].data(), got[0].size() * sizeof(float)), 0)
-          << "rank " << r << " of " << n << " differs from rank 0";
-    }
+    expectBitIdentical(got);
   }
 }
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
