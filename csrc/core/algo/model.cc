@@ -77,7 +77,6 @@ double allreduceDirectSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   return n <= 1 ? 0.0 : fan(m, n - 1, static_cast<double>(bytes), 1);
 }
 
-
 namespace {
 
 // Bruck's all-gather of n blocks of `bytes` in radix k, then folding them.
@@ -117,6 +116,12 @@ double allreduceBruckSeconds(const CostModel& m, size_t bytes, int n, size_t) {
 
 namespace {
 
+// The fold of n ranks onto `base` (Fold, common.h): the whole buffer in,
+// reduced, and the result out; nothing when base == n.
+double foldSeconds(const CostModel& m, double bytes, int n, int base) {
+  return base == n ? 0.0 : stepSeconds(m, bytes, 1) + stepSeconds(m, bytes, 0);
+}
+
 // Rounds in groups of f (f-1 whole-buffer exchanges at once, each followed
 // by f-1 reductions), plus the fold in (reduced) and out when base < n.
 // Recursive doubling is the plan of all twos on the largest power of two:
@@ -124,7 +129,7 @@ namespace {
 // the same their costs are equal to the bit and the table's order decides.
 double multiplyingSeconds(const CostModel& m, double bytes, int n, int base, const int* factors,
                           size_t rounds) {
-  double t = base == n ? 0.0 : stepSeconds(m, bytes, 1) + stepSeconds(m, bytes, 0);
+  double t = foldSeconds(m, bytes, n, base);
   for (size_t i = 0; i < rounds; ++i) t += fan(m, factors[i] - 1, bytes, 1);
   return t;
 }
@@ -185,8 +190,7 @@ double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, siz
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const double x = static_cast<double>(bytes);
-  // Folding in and out: the whole buffer each way (reduced on the way in).
-  double t = p == n ? 0.0 : stepSeconds(m, x, 1) + stepSeconds(m, x, 0);
+  double t = foldSeconds(m, x, n, p);
   for (int part = 2; part <= p; part *= 2) {
     t += stepSeconds(m, x / part, 1) + stepSeconds(m, x / part, 0);  // halving, doubling
   }
