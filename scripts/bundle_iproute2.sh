@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Bundles this machine's iproute2 `ip` and `tc` with their shared libraries
-# and dynamic loader into DIR (default .labtools), for running `mccl netlab`
-# on a machine that has no iproute2 and no package access (the H200 box):
+# Bundles this machine's iproute2 `ip`, `tc`, `ss` and `nstat` (and iperf3,
+# when installed, for `mccl netlab goodput`) with their shared libraries and dynamic loader
+# into DIR (default .labtools), for running `mccl netlab` on a machine that
+# has no iproute2 and no package access (the H200 box):
 #   bash scripts/bundle_iproute2.sh .labtools     # here (Debian, iproute2 installed)
 #   PATH=$PWD/.labtools:$PATH mccl netlab up 4    # there, as root
 # The wrappers start the binaries through the bundled loader with
@@ -10,7 +11,9 @@
 set -euo pipefail
 dir=${1:-.labtools}
 mkdir -p "$dir/lib"
-for b in ip tc; do
+tools="ip tc ss nstat"
+if command -v iperf3 >/dev/null; then tools="$tools iperf3"; else echo "bundle_iproute2: no iperf3 here (apt-get install iperf3); bundling ip and tc only" >&2; fi
+for b in $tools; do
   path=$(command -v "$b") || { echo "bundle_iproute2: no '$b' here (apt-get install iproute2)" >&2; exit 2; }
   cp "$path" "$dir/lib/$b.bin"
   ldd "$path" | awk '/=>/ {print $3} /ld-linux/ {print $1}' | while read -r lib; do
@@ -24,3 +27,4 @@ WRAP
   chmod +x "$dir/$b"
 done
 "$dir/ip" -V
+[ ! -x "$dir/iperf3" ] || "$dir/iperf3" --version | head -1
