@@ -222,6 +222,36 @@ TEST(Allreduce, RecursiveMultiplyingOnLargeGroups) {
     expectBitIdentical(got);
   }
 }
+TEST(Allreduce, Torus) { allreduceSweep("allreduce=torus"); }
+TEST(Allreduce, TorusPipelined) { allreduceSweep("allreduce=torus", pipelined); }
+
+// The two-dimensional all-reduce on grids of 2 x 4 up to 8 x 8 (24 = 4 x 6,
+// 35 = 5 x 7, 48 = 6 x 8) and on primes (one row: the ring's phases), with
+// several chunks per phase: exact against the references, and float32
+// sums whose value depends on the order bit-identical on every rank.
+TEST(Allreduce, TorusOnLargeGroups) {
+  for (int n : {8, 9, 10, 12, 15, 21, 23, 24, 35, 48, 64}) {
+    const int a = algo::torusRows(n);
+    ASSERT_EQ(n % a, 0) << n;
+    ASSERT_LE(a * a, n) << n;
+    ASSERT_EQ(algo::hasTorusGrid(n), n != 23) << n;
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    runRanks(n, [&](Communicator& comm) {
+      int salt = 0;
+      for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kBFloat16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          if (!reduceSupported(dt, op)) continue;
+          for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1031}}) checkAllreduce(comm, dt, op, count, ++salt);
+        }
+      }
+      got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 4099);
+    }, [&](CommConfig& cfg) {
+      cfg.algo = "allreduce=torus";
+      cfg.chunkBytes = 4096;  // several chunks per step
+    }, std::chrono::seconds(300));
+    expectBitIdentical(got);
+  }
+}
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
 
 // Same-host reads (the ranks are threads of one process, which can always

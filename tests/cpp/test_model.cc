@@ -76,6 +76,49 @@ TEST(CostModel, RabenseifnerForMediumBuffersOnLargerGroups) {
   EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 64 << 20), Algo::kRabenseifner);
 }
 
+// The two-dimensional all-reduce: grids of the largest divisor not above
+// the square root; a candidate for medium buffers on groups that form a
+// grid (on powers of two it ties with or loses to Rabenseifner's, which
+// comes first), never on primes or beyond MCCL_SMALL_BYTES per rank.
+TEST(CostModel, TorusForMediumBuffersOnGrids) {
+  EXPECT_EQ(algo::torusRows(24), 4);
+  EXPECT_EQ(algo::torusRows(48), 6);
+  EXPECT_EQ(algo::torusRows(35), 5);
+  EXPECT_EQ(algo::torusRows(200), 10);
+  EXPECT_EQ(algo::torusRows(23), 1);
+  EXPECT_FALSE(algo::hasTorusGrid(23));
+  EXPECT_FALSE(algo::hasTorusGrid(3));
+  EXPECT_TRUE(algo::hasTorusGrid(4));
+  // The ring's bytes in 2(b-1) + 2(a-1) steps: cheaper than the ring
+  // wherever a step costs anything, equal to it on a prime.
+  const CostModel lab{.alphaUs = 1.0, .overheadUs = 22.69, .betaNsPerByte = 7.98, .gammaNsPerByte = 0.6};
+  for (int n = 2; n <= 64; ++n) {
+    for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{64} << 20}) {
+      const double torus = algo::allreduceTorusSeconds(lab, bytes, n, 1 << 20);
+      const double ring = algo::allreduceRingSeconds(lab, bytes, n, 1 << 20);
+      if (algo::hasTorusGrid(n)) {
+        ASSERT_LT(torus, ring) << n << " ranks, " << bytes << " B";
+      } else {
+        ASSERT_EQ(torus, ring) << n << " ranks, " << bytes << " B";
+      }
+    }
+  }
+  CommConfig c;
+  c.size = 24;  // the 1 Gbit/s lab's fitted model: its choice at 64 KiB (measured 1.9x the ring)
+  EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 64 << 10), Algo::kTorus);
+  EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 64 << 20), Algo::kRing);  // share over MCCL_SMALL_BYTES
+  EXPECT_NE(algo::choose(c, lab, OpKind::kAllreduce, 8), Algo::kTorus);
+  c.size = 48;
+  EXPECT_EQ(algo::choose(c, CostModel{}, OpKind::kAllreduce, 1 << 20), Algo::kTorus);
+  for (int n : {16, 32, 23, 47}) {
+    c.size = n;
+    EXPECT_NE(algo::choose(c, lab, OpKind::kAllreduce, 64 << 10), Algo::kTorus) << n;
+  }
+  c.size = 23;  // forced, it runs anywhere
+  c.algo = "allreduce=torus";
+  EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 64 << 20), Algo::kTorus);
+}
+
 // Recursive multiplying's plan: a base of n/2 to n ranks with factors 2, 3,
 // 5 and 7 (their product), the fewest costly rounds under the model.
 TEST(CostModel, RecursiveMultiplyingPlans) {

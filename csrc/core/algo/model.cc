@@ -197,6 +197,26 @@ double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, siz
   return t;
 }
 
+int torusRows(int n) {
+  int rows = 1;
+  for (int a = 2; a * a <= n; ++a) {
+    if (n % a == 0) rows = a;
+  }
+  return rows;
+}
+
+bool hasTorusGrid(int n) { return n > 3 && torusRows(n) > 1; }
+
+// Reduce-scatter along a row of b (steps of x/b), all-reduce down a column
+// of a (steps of x/n each way), all-gather along the row.
+double allreduceTorusSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+  if (n <= 1) return 0.0;
+  const int a = torusRows(n), b = n / a;
+  const double x = static_cast<double>(bytes);
+  return (b - 1) * (stepSeconds(m, x / b, 1) + stepSeconds(m, x / b, 0)) +
+         (a - 1) * (stepSeconds(m, x / n, 1) + stepSeconds(m, x / n, 0));
+}
+
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes) {
   if (n <= 1) return 0.0;
   return chainSeconds(m, OpKind::kBroadcast, static_cast<double>(bytes), n,

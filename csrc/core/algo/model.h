@@ -45,6 +45,12 @@ double allreduceRecursiveMultiplyingSeconds(const CostModel& m, size_t bytes, in
 // Recursive halving then doubling (allreduce_rabenseifner.cc), with the
 // fold of a non-power-of-two group.
 double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+// The two-dimensional all-reduce (allreduce_torus.cc) on a grid of
+// torusRows(n) rows: the largest divisor of n not above its square root (1
+// on a prime n, where it is the ring's reduce-scatter and all-gather).
+int torusRows(int n);
+bool hasTorusGrid(int n);  // torusRows(n) > 1
+double allreduceTorusSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double reduceChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);

@@ -12,6 +12,7 @@ Task allreduceDirect(OpContext& ctx, AllreduceOptions o);
 Task allreduceBruck(OpContext& ctx, AllreduceOptions o);
 Task allreduceRabenseifner(OpContext& ctx, AllreduceOptions o);
 Task allreduceRecursiveMultiplying(OpContext& ctx, AllreduceOptions o);
+Task allreduceTorus(OpContext& ctx, AllreduceOptions o);
 Task broadcastBinomial(OpContext& ctx, BroadcastOptions o);
 Task broadcastChain(OpContext& ctx, BroadcastOptions o);
 Task reduceBinomial(OpContext& ctx, ReduceOptions o);
@@ -26,6 +27,8 @@ Task alltoallPairwise(OpContext& ctx, AlltoallOptions o);
 Task barrierDissemination(OpContext& ctx);
 
 namespace {
+
+bool powerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 const char* nameOf(Algo id) {
   for (const auto& a : algorithms()) {
@@ -47,7 +50,9 @@ const std::vector<Algorithm>& algorithms() {
         {Algo::kRecursiveMultiplying, OpKind::kAllreduce, "recursive_multiplying",
          allreduceRecursiveMultiplying, allreduceRecursiveMultiplyingSeconds, true},
         {Algo::kRabenseifner, OpKind::kAllreduce, "rabenseifner", allreduceRabenseifner,
-         allreduceRabenseifnerSeconds, false, true},
+         allreduceRabenseifnerSeconds, false, powerOfTwo},
+        {Algo::kTorus, OpKind::kAllreduce, "torus", allreduceTorus, allreduceTorusSeconds, false,
+         hasTorusGrid},
         {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},
         {Algo::kChain, OpKind::kBroadcast, "chain", broadcastChain, broadcastChainSeconds},
         {Algo::kBinomial, OpKind::kReduce, "binomial", reduceBinomial, reduceBinomialSeconds},

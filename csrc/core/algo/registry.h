@@ -63,13 +63,15 @@ struct Algorithm {
   // direct exchanges need scratch for every peer and converge n-1 flows on
   // each receiver, which the model does not price.
   bool smallOnly = false;
-  // A candidate, when the collective has others, only on groups whose size
-  // is a power of two (elsewhere a fold moves the whole buffer twice more,
-  // which only a model tuned on the fleet weighs right) and while each
-  // rank's share of the buffer (bytes / n) is at most MCCL_SMALL_BYTES,
-  // where the ring's 2(n-1) steps are short. Beyond, the ring's chunked
-  // pipeline, measured at the links' rate up to 48 hosts, stays the choice.
-  bool mediumOnPowersOfTwo = false;
+  // A medium-size algorithm: a candidate, when the collective has others,
+  // only on the group sizes `mediumOn` accepts and while each rank's share
+  // of the buffer (bytes / n) is at most MCCL_SMALL_BYTES, where the ring's
+  // 2(n-1) steps are short. Beyond, the ring's chunked pipeline, measured at
+  // the links' rate up to 48 hosts, stays the choice. Rabenseifner's runs on
+  // powers of two (elsewhere a fold moves the whole buffer twice more, which
+  // only a model tuned on the fleet weighs right), the torus on groups that
+  // form a grid. Null: not a medium-size algorithm.
+  bool (*mediumOn)(int n) = nullptr;
 };
 
 // Every algorithm; per collective in order of preference (the first wins

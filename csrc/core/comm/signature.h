@@ -26,6 +26,7 @@ enum class Algo : uint8_t {
   kBruck = 8,
   kRabenseifner = 9,
   kRecursiveMultiplying = 10,
+  kTorus = 11,
 };
 // "ring"; "none" for kNone; "algorithm #N" for an id no table names.
 std::string algoName(Algo a);
