@@ -153,3 +153,62 @@ def test_elastic_mode_measures_every_change(tmp_path):
     run = json.loads(out.read_text())["runs"][0]
     assert run["join_bytes"] == run["state_bytes"] > 2 * 2**20  # weights and momentum
     assert run["crash_steps_lost"] == 0 and run["leave_stall_s"] > 0
+
+
+def _sweep(world, results, goodput=None, algo=None):
+    env = {}
+    if goodput:
+        env["MCCL_BENCH_GOODPUT_GBPS"] = str(goodput)
+    if algo:
+        env["MCCL_ALGO"] = algo
+    rows = []
+    for op, size, mccl_r, gloo_r in results:
+        rows.append({"op": op, "bytes": size, "world": world,
+                     "mccl": {"time_us": mccl_r[0], "busbw_GBps": mccl_r[1]},
+                     "gloo": gloo_r and {"time_us": gloo_r[0], "busbw_GBps": gloo_r[1]}})
+    return {"meta": {"world": world, "env": env}, "results": rows}
+
+
+def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
+    # Recorded numbers: medians over the files of one (op, size, N), the
+    # goodput each file measured (or --goodput), forced algorithms apart.
+    files = [
+        _sweep(2, [("all_reduce", 8, (100, 0), (400, 0)),
+                   ("all_reduce", 1 << 20, (1000, 0.099), (2000, 0.05))], goodput=0.1),
+        _sweep(4, [("all_reduce", 1 << 20, (900, 0.10), None)], goodput=0.1),
+        _sweep(4, [("all_reduce", 1 << 20, (800, 0.12), None)], goodput=0.1),
+        _sweep(4, [("all_reduce", 1 << 20, (1200, 0.08), None)], goodput=0.1, algo="allreduce=ring"),
+    ]
+    paths = []
+    for i, f in enumerate(files):
+        paths.append(tmp_path / f"n{i}.json")
+        paths[-1].write_text(json.dumps(f))
+    args = [sys.executable, "-m", "mccl.bench", "scale-report", *map(str, paths)]
+    try:
+        import matplotlib  # noqa: F401
+        args += ["--plot", str(tmp_path / "scale.png")]
+    except ImportError:
+        pass
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("| all_reduce")]
+    assert lines == [
+        "| all_reduce | 8 B | 2 | auto | 100 µs | 400 µs | 4.00× |",
+        "| all_reduce | 1 MiB | 2 | auto | 0.099 GB/s, 99.0 % | 0.050 GB/s, 50.0 % | 2.00× |",
+        "| all_reduce | 1 MiB | 4 | auto | 0.110 GB/s, 110.0 % | – | – |",
+        "| all_reduce | 1 MiB | 4 | allreduce=ring | 0.080 GB/s, 80.0 % | – | – |",
+    ]
+    if "--plot" in args:
+        assert (tmp_path / "scale.png").stat().st_size > 0
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scale-report", str(paths[0]), "--goodput", "0.2"],
+                       capture_output=True, text=True, timeout=60)
+    assert "| all_reduce | 1 MiB | 2 | auto | 0.099 GB/s, 49.5 % | 0.050 GB/s, 25.0 % | 2.00× |" in p.stdout
+    for bad in ("0", "-1", "fast", "inf"):
+        p = subprocess.run([sys.executable, "-m", "mccl.bench", "scale-report", str(paths[0]), "--goodput", bad],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and "--goodput" in p.stderr and bad in p.stderr, p.stderr
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"runs": []}))
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "scale-report", str(other)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "not an `mccl-bench --json` sweep" in p.stderr

@@ -10,6 +10,7 @@
     mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench scaling-report s1.json s2.json s3.json   # repeats of it: medians and ranges (--plot)
+    mccl-bench scale-report n16.json n24.json n48.json  # sweeps at several N: % of goodput per N (--plot)
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
     mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
@@ -25,6 +26,16 @@ import os
 import sys
 
 from .common import OPS, parse_size, sizes
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive finite number")
+    return value
 
 
 def _common(p: argparse.ArgumentParser):
@@ -104,6 +115,11 @@ def parser() -> argparse.ArgumentParser:
     sr = sub.add_parser("scaling-report", help="repeated `scaling --json` runs in one table: medians and ranges")
     sr.add_argument("files", nargs="+", metavar="JSON")
     sr.add_argument("--plot", help="efficiency against ranks, one panel per workload")
+    sl = sub.add_parser("scale-report", help="`mccl-bench --json` sweeps at several world sizes in one table")
+    sl.add_argument("files", nargs="+", metavar="JSON")
+    sl.add_argument("--goodput", type=_positive_float, metavar="GBPS",
+                    help="the links' TCP goodput in GB/s for every file (default: each file's measured one)")
+    sl.add_argument("--plot", help="% of goodput against hosts, one panel per op")
     mm = sub.add_parser("matmul", help="FP32/TF32/BF16 matrix-product TFLOP/s of this device (no ranks)")
     mm.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     mm.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
@@ -219,6 +235,10 @@ def main(argv=None) -> int:
     if args.mode == "elastic":
         from . import elastic
         elastic.run(args)
+        return 0
+    if args.mode == "scale-report":
+        from . import scale_report
+        scale_report.run(args)
         return 0
     if args.mode == "scaling-report":
         from . import scaling_report
