@@ -12,7 +12,7 @@ set -euo pipefail
 dir=${1:-.labtools}
 mkdir -p "$dir/lib"
 tools="ip tc ss nstat"
-if command -v iperf3 >/dev/null; then tools="$tools iperf3"; else echo "bundle_iproute2: no iperf3 here (apt-get install iperf3); bundling ip and tc only" >&2; fi
+if command -v iperf3 >/dev/null; then tools="$tools iperf3"; else echo "bundle_iproute2: no iperf3 here (apt-get install iperf3); bundling iproute2 only" >&2; fi
 for b in $tools; do
   path=$(command -v "$b") || { echo "bundle_iproute2: no '$b' here (apt-get install iproute2)" >&2; exit 2; }
   cp "$path" "$dir/lib/$b.bin"

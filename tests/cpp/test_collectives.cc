@@ -226,8 +226,7 @@ TEST(Allreduce, Torus) { allreduceSweep("allreduce=torus"); }
 TEST(Allreduce, TorusPipelined) { allreduceSweep("allreduce=torus", pipelined); }
 
 // The two-dimensional all-reduce on grids of 2 x 4 up to 8 x 8 (24 = 4 x 6,
-// 35 = 5 x 7, 48 = 6 x 8) and on primes (one row: the ring's phases), with
-// several chunks per phase: exact against the references, and float32
+// 35 = 5 x 7, 48 = 6 x 8) and on primes (one row: the ring's phases): exact against the references, and float32
 // sums whose value depends on the order bit-identical on every rank.
 TEST(Allreduce, TorusOnLargeGroups) {
   for (int n : {8, 9, 10, 12, 15, 21, 23, 24, 35, 48, 64}) {
@@ -247,9 +246,28 @@ TEST(Allreduce, TorusOnLargeGroups) {
       got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 4099);
     }, [&](CommConfig& cfg) {
       cfg.algo = "allreduce=torus";
-      cfg.chunkBytes = 4096;  // several chunks per step
+      cfg.chunkBytes = 4096;  // 4099 floats: two chunks per row step on 8 and 9 ranks
     }, std::chrono::seconds(300));
     expectBitIdentical(got);
+  }
+}
+// Grids with a != b and b > 2 through the pipelined, striped transport
+// with a tight unexpected budget: many chunks in every phase (column phases
+// included) and the row all-gather's early arrivals.
+TEST(Allreduce, TorusPipelinedOnGrids) {
+  for (int n : {6, 8, 9, 12}) {
+    runRanks(n, [&](Communicator& comm) {
+      int salt = 0;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kPreMulSum, ReduceOp::kMax}) {
+        for (size_t count : {size_t{5}, size_t{20011}, size_t{100003}}) {
+          checkAllreduce(comm, DataType::kFloat32, op, count, ++salt);
+        }
+      }
+      checkAllreduce(comm, DataType::kInt64, ReduceOp::kSum, 30011, ++salt);
+    }, [&](CommConfig& cfg) {
+      cfg.algo = "allreduce=torus";
+      pipelined(cfg);
+    }, std::chrono::seconds(300));
   }
 }
 TEST(Allreduce, Automatic) { allreduceSweep(""); }

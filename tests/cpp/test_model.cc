@@ -78,8 +78,8 @@ TEST(CostModel, RabenseifnerForMediumBuffersOnLargerGroups) {
 
 // The two-dimensional all-reduce: grids of the largest divisor not above
 // the square root; a candidate for medium buffers on groups that form a
-// grid (on powers of two it ties with or loses to Rabenseifner's, which
-// comes first), never on primes or beyond MCCL_SMALL_BYTES per rank.
+// grid and are not a power of two (there Rabenseifner's takes fewer steps),
+// never on primes or beyond MCCL_SMALL_BYTES per rank.
 TEST(CostModel, TorusForMediumBuffersOnGrids) {
   EXPECT_EQ(algo::torusRows(24), 4);
   EXPECT_EQ(algo::torusRows(48), 6);
@@ -110,9 +110,18 @@ TEST(CostModel, TorusForMediumBuffersOnGrids) {
   EXPECT_NE(algo::choose(c, lab, OpKind::kAllreduce, 8), Algo::kTorus);
   c.size = 48;
   EXPECT_EQ(algo::choose(c, CostModel{}, OpKind::kAllreduce, 1 << 20), Algo::kTorus);
-  for (int n : {16, 32, 23, 47}) {
+  // Not on primes, nor on powers of two even where rounding prices the torus
+  // a last digit below Rabenseifner's (no latency at all).
+  const CostModel flat{.alphaUs = 0.0, .overheadUs = 0.0, .betaNsPerByte = 0.8, .gammaNsPerByte = 0.0};
+  const CostModel flat2{.alphaUs = 0.0, .overheadUs = 0.0, .betaNsPerByte = 0.08, .gammaNsPerByte = 0.1};
+  for (int n : {4, 16, 23, 32, 47, 64, 128}) {
     c.size = n;
-    EXPECT_NE(algo::choose(c, lab, OpKind::kAllreduce, 64 << 10), Algo::kTorus) << n;
+    for (const CostModel& m : {lab, flat, flat2, CostModel{}}) {
+      for (size_t bytes : {size_t{16} << 10, size_t{64} << 10, size_t{256} << 10, size_t{1} << 20,
+                           static_cast<size_t>(n) << 16}) {
+        EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, bytes), Algo::kTorus) << n << " ranks, " << bytes;
+      }
+    }
   }
   c.size = 23;  // forced, it runs anywhere
   c.algo = "allreduce=torus";

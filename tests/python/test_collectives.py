@@ -58,7 +58,7 @@ def test_collectives_in_pieces(world):
 @pytest.mark.parametrize("world", [6, 7])
 def test_every_allreduce_algorithm_matches_reference_and_gloo(world):
     # Each algorithm forced on a group of its own (MCCL_ALGO at new_group):
-    # 6 ranks form the torus's 2 x 3 grid and fold recursive doubling,
-    # 7 is prime (the torus's single row, recursive multiplying's fold).
+    # 6 ranks form the torus's 2 x 3 grid and fold recursive doubling and
+    # Rabenseifner's onto 4; 7 is prime (the torus's single row, a fold of 3).
     outs = run_workers("allreduce_algorithms.py", world, timeout=420)
     assert "checks passed over 7 algorithms" in outs[0]

@@ -69,8 +69,8 @@ struct Algorithm {
   // 2(n-1) steps are short. Beyond, the ring's chunked pipeline, measured at
   // the links' rate up to 48 hosts, stays the choice. Rabenseifner's runs on
   // powers of two (elsewhere a fold moves the whole buffer twice more, which
-  // only a model tuned on the fleet weighs right), the torus on groups that
-  // form a grid. Null: not a medium-size algorithm.
+  // only a model tuned on the fleet weighs right), the torus on the other
+  // groups that form a grid. Null: not a medium-size algorithm.
   bool (*mediumOn)(int n) = nullptr;
 };
 

@@ -34,10 +34,13 @@ def order_sensitive(r: int, n: int) -> torch.Tensor:
 
 
 for algo in ALGORITHMS:
-    mccl._C.predict_seconds("allreduce", algo, 8, world, MODEL)  # a name the table knows
     os.environ["MCCL_ALGO"] = f"allreduce={algo}"
+    # The settings a group reads at creation force this algorithm at every size.
+    for size in (8, 1 << 30):
+        assert mccl._C.chosen_algorithm("allreduce", size, world, MODEL).split(" ")[0] == algo, algo
     group = dist.new_group(backend="mccl")
     del os.environ["MCCL_ALGO"]
+    compared = 0
     for dtype in DTYPES:
         for op in OPS:
             if not supported(dtype, op):
@@ -55,7 +58,9 @@ for algo in ALGORITHMS:
                     pass  # Gloo does not implement the case: the reference stands
                 else:
                     assert_close(t, g, op, what + " vs gloo")
+                    compared += 1
                 checks += 1
+    assert compared > 0, f"{algo}: nothing compared with Gloo"
     mine = order_sensitive(rank, 4099)
     dist.all_reduce(mine, group=group)
     everyone = [torch.empty_like(mine) for _ in range(world)]
