@@ -31,7 +31,7 @@ def _netlab(a) -> int:
     try:
         if a.action == "up":
             lab = Lab.up(a.hosts, rate=a.rate, name=a.name, delay=a.delay, loss=a.loss,
-                         autocorking=a.autocorking)
+                         autocorking=a.autocorking, congestion=a.congestion)
             print(lab.describe())
         elif a.action == "down":
             down(a.name)
@@ -243,6 +243,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--autocorking", action="store_true",
                     help="keep the kernel's TCP autocorking in the hosts (off by default: on veths it "
                          "stalls short tails up to the delayed-ACK timer; see mccl.netlab)")
+    up.add_argument("--congestion", default="", metavar="NAME",
+                    help="the hosts' TCP congestion control, e.g. cubic (default: the kernel's; "
+                         "it must be in net.ipv4.tcp_allowed_congestion_control)")
     ns.add_parser("down", help="remove the lab (also the remains of a failed one)")
     st = ns.add_parser("status", help="hosts, rates, measured goodput")
     st.add_argument("--json", action="store_true")

@@ -89,6 +89,10 @@ class Lab:
     delay: str = ""
     loss: str = ""
     autocorking: bool = False  # the kernel's default is on; see the module doc
+    # The hosts' TCP congestion control (their namespaces' default, or
+    # `up(congestion=...)`): ring collectives keep one long flow per link, and
+    # BBR's periodic RTT probing stalls a ring round (docs/benchmarks.md).
+    congestion: str = ""
     goodput: dict = field(default_factory=dict)  # filled by measure_goodput()
 
     # ------------------------------------------------------------------ setup
@@ -116,8 +120,10 @@ class Lab:
 
     @classmethod
     def up(cls, n: int, rate: str = "1gbit", name: str = "mccl", delay: str = "",
-           loss: str = "", autocorking: bool = False) -> "Lab":
-        """Creates an n-host lab (tearing down an older one of this name)."""
+           loss: str = "", autocorking: bool = False, congestion: str = "") -> "Lab":
+        """Creates an n-host lab (tearing down an older one of this name);
+        `congestion` sets the hosts' TCP congestion control (default: the
+        kernel's)."""
         missing = cls.requirements()
         if missing:
             raise LabError("netlab needs " + " and ".join(missing))
@@ -125,6 +131,8 @@ class Lab:
             raise LabError(f"a lab has 1 to {MAX_HOSTS} hosts, not {n}")
         if not name.isalnum() or len(name) > 8:
             raise LabError(f"lab name {name!r} must be 1-8 letters or digits (interface names are short)")
+        if congestion and not (congestion.replace("_", "").isalnum() and len(congestion) < 16):
+            raise LabError(f"congestion control {congestion!r} is not a name (letters, digits and _)")
         _cleanup(name)
         _neighbour_room(n)
         lab = cls(name=name, rate=rate, bridge=f"{name}-br", delay=delay, loss=loss,
@@ -147,6 +155,19 @@ class Lab:
                 # (per namespace; a kernel without the knob has no autocorking)
                 _sh(ns + ["sh", "-c", f"f=/proc/sys/net/ipv4/tcp_autocorking; "
                                       f"[ ! -e $f ] || echo {int(autocorking)} > $f"])
+                cc = "/proc/sys/net/ipv4/tcp_congestion_control"
+                if congestion:
+                    p = subprocess.run(ns + ["sh", "-c", f"echo {congestion} > {cc}"], capture_output=True, text=True)
+                    if p.returncode != 0:
+                        allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().strip()
+                        raise LabError(f"congestion control {congestion!r} refused in {h.netns} "
+                                       f"({p.stderr.strip()}); a namespace may choose only from "
+                                       f"net.ipv4.tcp_allowed_congestion_control ({allowed})")
+                got = subprocess.run(ns + ["cat", cc], capture_output=True, text=True).stdout.strip()
+                if i == 0:
+                    lab.congestion = got
+                elif got != lab.congestion:
+                    raise LabError(f"{h.netns} runs TCP congestion control {got}, h0 {lab.congestion}")
                 lab.hosts.append(h)
                 lab._shape(h)
             lab.save()
@@ -291,7 +312,8 @@ class Lab:
     def describe(self) -> str:
         lines = [f"lab {self.name!r}: {len(self.hosts)} hosts on bridge {self.bridge}, "
                  f"{self.rate} per link (tbf, both directions), TCP autocorking "
-                 f"{'on' if self.autocorking else 'off'}"]
+                 f"{'on' if self.autocorking else 'off'}"
+                 + (f", TCP congestion control {self.congestion}" if self.congestion else "")]
         for h in self.hosts:
             state = "" if h.up else "  CUT"
             lines.append(f"  h{h.index}  {h.address:<14} netns {h.netns:<12} {h.rate}{state}")

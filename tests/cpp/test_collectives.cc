@@ -270,6 +270,12 @@ TEST(Allreduce, TorusPipelinedOnGrids) {
     }, std::chrono::seconds(300));
   }
 }
+#if defined(__linux__)
+// Every connection with its congestion control chosen (MCCL_TCP_CONGESTION).
+TEST(Allreduce, OverConnectionsWithChosenCongestionControl) {
+  allreduceSweep("allreduce=ring", [](CommConfig& c) { c.tcpCongestion = "reno"; });
+}
+#endif
 TEST(Allreduce, Automatic) { allreduceSweep(""); }
 
 // Same-host reads (the ranks are threads of one process, which can always

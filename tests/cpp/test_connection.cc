@@ -15,7 +15,12 @@
 #include <string>
 #include <vector>
 
+#include <netinet/tcp.h>
+
+#include "comm/config.h"
 #include "connection_rig.h"
+#include "transport/socket.h"
+#include "util/error.h"
 #include "transport/connection.h"
 #include "transport/frame.h"
 #include "util/bytes.h"
@@ -150,6 +155,48 @@ TEST(Checksum, FieldWithoutFlagIsMalformed) {
   std::string why;
   EXPECT_FALSE(decodeFrame(buf, 1 << 20, &h, &why));
   EXPECT_NE(why.find("checksum"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace mccl
+
+namespace mccl {
+namespace {
+
+// MCCL_TCP_CONGESTION: a well-formed name the kernel offers is set on the
+// connection (reno is always built in); anything else is refused by name at
+// group creation, never on a connection later.
+TEST(Socket, CongestionControlIsSetOrRefusedByName) {
+#if defined(__linux__)
+  Socket probe(::socket(AF_INET, SOCK_STREAM, 0));
+  ASSERT_TRUE(probe.valid());
+  probe.setCongestion("reno");
+  char got[16] = {};
+  socklen_t len = sizeof(got);
+  ASSERT_EQ(::getsockopt(probe.fd(), IPPROTO_TCP, TCP_CONGESTION, got, &len), 0);
+  EXPECT_STREQ(got, "reno");
+  CommConfig c;
+  c.tcpCongestion = "reno";
+  EXPECT_NO_THROW(c.validate());
+  auto refused = [&](const std::string& name, const std::string& words) {
+    c.tcpCongestion = name;
+    try {
+      c.validate();
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << name;
+      EXPECT_NE(std::string(e.what()).find("MCCL_TCP_CONGESTION=" + name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused("nosuchcc", "this kernel offers");
+  refused("cubic;rm", "not a congestion control name");
+  refused("a_name_too_long_x", "not a congestion control name");
+  c.tcpCongestion.clear();
+  EXPECT_NO_THROW(c.validate());
+#else
+  GTEST_SKIP() << "TCP_CONGESTION is Linux only";
+#endif
 }
 
 }  // namespace

@@ -29,6 +29,22 @@ def lab():
     lab.down()
 
 
+def test_lab_records_and_sets_the_hosts_congestion_control(lab):
+    cc = "/proc/sys/net/ipv4/tcp_congestion_control"
+    for h in lab.hosts:
+        assert lab.run(h.index, ["cat", cc], capture_output=True, text=True).stdout.strip() == lab.congestion
+    assert lab.congestion and f"TCP congestion control {lab.congestion}" in lab.describe()
+    # reno is built into every kernel and always allowed.
+    small = Lab.up(2, rate="1gbit", name="mcclcc", congestion="reno")
+    try:
+        assert small.congestion == "reno" and Lab.load("mcclcc").congestion == "reno"
+        assert small.run(1, ["cat", cc], capture_output=True, text=True).stdout.strip() == "reno"
+    finally:
+        small.down()
+    with pytest.raises(Exception, match="not a name"):
+        Lab.up(2, name="mcclcc", congestion="reno; true")
+
+
 def test_goodput_is_near_the_shaped_rate(lab):
     g = lab.measure_goodput(seconds=2)
     print("goodput Gbit/s:", {k: round(v * 8, 3) for k, v in g["links_GBps"].items()})

@@ -6,6 +6,7 @@
 #include "comm/job_secret.h"
 #include "reduce/wire.h"
 #include "transport/listener.h"
+#include "transport/socket.h"
 #include "util/aead.h"
 #include "util/logging.h"
 #include "util/check.h"
@@ -21,6 +22,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.portRange = params::portRange();
   c.nsocksPerPeer = static_cast<int>(params::nsocksPerPeer());
   c.socketBuffer = static_cast<int>(params::socketBuffer());
+  c.tcpCongestion = params::tcpCongestion();
   c.chunkBytes = static_cast<size_t>(params::chunkBytes());
   c.frameBytes = static_cast<size_t>(params::frameBytes());
   c.inlineBytes = static_cast<size_t>(params::inlineBytes());
@@ -49,6 +51,7 @@ void CommConfig::validate() const {
   MCCL_USAGE_CHECK(rank >= 0 && rank < size, "rank ", rank, " is outside [0, ", size, ")");
   params::checkRange(spec::nsocksPerPeer, nsocksPerPeer);
   params::checkRange(spec::socketBuffer, socketBuffer);
+  if (!tcpCongestion.empty()) Socket::checkCongestion(tcpCongestion);
   params::checkRange(spec::chunkBytes, chunkBytes);
   params::checkRange(spec::frameBytes, frameBytes);
   params::checkRange(spec::inlineBytes, inlineBytes);

@@ -28,6 +28,7 @@ struct CommConfig {
   std::string portRange = params::spec::portRange.def;
   int nsocksPerPeer = static_cast<int>(params::spec::nsocksPerPeer.def);
   int socketBuffer = static_cast<int>(params::spec::socketBuffer.def);
+  std::string tcpCongestion = params::spec::tcpCongestion.def;  // "": the system's
   size_t chunkBytes = params::spec::chunkBytes.def;
   size_t frameBytes = params::spec::frameBytes.def;
   size_t inlineBytes = params::spec::inlineBytes.def;

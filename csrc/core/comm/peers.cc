@@ -45,6 +45,7 @@ void Peers::adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
   Peer& p = at(peer);
   sock.setNoDelay();
   sock.setBufferSizes(cfg_.socketBuffer);
+  if (!cfg_.tcpCongestion.empty()) sock.setCongestion(cfg_.tcpCongestion);
   if (accepted) {
     std::lock_guard<std::mutex> lock(p.mu);
     if (p.hostHint.empty()) {

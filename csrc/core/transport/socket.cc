@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstring>
+#include <fstream>
 
 #include "util/check.h"
 #include "util/logging.h"
@@ -123,6 +126,35 @@ void Socket::setNonBlocking(bool on) {
   int flags = ::fcntl(fd_, F_GETFL, 0);
   flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
   ::fcntl(fd_, F_SETFL, flags);
+}
+
+void Socket::checkCongestion(const std::string& name) {
+  bool wellFormed = !name.empty() && name.size() < 16;  // TCP_CA_NAME_MAX
+  for (char ch : name) wellFormed = wellFormed && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+  MCCL_USAGE_CHECK(wellFormed, "MCCL_TCP_CONGESTION=", name,
+                   " is not a congestion control name (letters, digits and _, at most 15)");
+  Socket probe(::socket(AF_INET, SOCK_STREAM, 0));
+  if (!probe.valid()) probe = Socket(::socket(AF_INET6, SOCK_STREAM, 0));
+  MCCL_CHECK(probe.valid(), "socket() for MCCL_TCP_CONGESTION: ", std::strerror(errno));
+  probe.setCongestion(name);
+}
+
+void Socket::setCongestion(const std::string& name) {
+#if defined(__linux__)
+  if (::setsockopt(fd_, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0) {
+    return;
+  }
+  const int err = errno;
+  std::string allowed, available;
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_allowed_congestion_control"), allowed);
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_available_congestion_control"), available);
+  throwError(ErrorKind::kUsage, "MCCL_TCP_CONGESTION=", name, ": ", std::strerror(err),
+             " (this kernel offers: ", available.empty() ? "?" : available, "; allowed without CAP_NET_ADMIN: ",
+             allowed.empty() ? "?" : allowed, "; net.ipv4.tcp_allowed_congestion_control widens that)");
+#else
+  throwError(ErrorKind::kUsage, "MCCL_TCP_CONGESTION=", name,
+             ": choosing TCP congestion control per connection is Linux only; unset it");
+#endif
 }
 
 void Socket::setBufferSizes(int bytes) {

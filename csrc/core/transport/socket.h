@@ -42,6 +42,12 @@ class Socket {
   // Sets SO_SNDBUF/SO_RCVBUF; logs a warning naming the sysctl to raise when
   // the kernel grants less than asked.
   void setBufferSizes(int bytes);
+  // Sets the connection's TCP congestion control (TCP_CONGESTION, Linux).
+  // checkCongestion refuses, with a usage error naming MCCL_TCP_CONGESTION,
+  // a malformed name, one this kernel does not offer this process, and any
+  // name where the option does not exist; setCongestion throws the same.
+  static void checkCongestion(const std::string& name);
+  void setCongestion(const std::string& name);
 
   // Sends/receives exactly len bytes. recvAll returns false on a clean EOF
   // before the first byte; every other failure throws (kRemote for a reset
