@@ -131,7 +131,7 @@ class Lab:
             raise LabError(f"a lab has 1 to {MAX_HOSTS} hosts, not {n}")
         if not name.isalnum() or len(name) > 8:
             raise LabError(f"lab name {name!r} must be 1-8 letters or digits (interface names are short)")
-        if congestion and not (congestion.replace("_", "").isalnum() and len(congestion) < 16):
+        if congestion and not (congestion.isascii() and congestion.replace("_", "").isalnum() and len(congestion) < 16):
             raise LabError(f"congestion control {congestion!r} is not a name (letters, digits and _)")
         _cleanup(name)
         _neighbour_room(n)
@@ -157,7 +157,8 @@ class Lab:
                                       f"[ ! -e $f ] || echo {int(autocorking)} > $f"])
                 cc = "/proc/sys/net/ipv4/tcp_congestion_control"
                 if congestion:
-                    p = subprocess.run(ns + ["sh", "-c", f"echo {congestion} > {cc}"], capture_output=True, text=True)
+                    p = subprocess.run(ns + ["sh", "-c", 'echo "$1" > "$2"', "sh", congestion, cc],
+                                       capture_output=True, text=True)
                     if p.returncode != 0:
                         allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().strip()
                         raise LabError(f"congestion control {congestion!r} refused in {h.netns} "

@@ -165,7 +165,8 @@ namespace {
 
 // MCCL_TCP_CONGESTION: a well-formed name the kernel offers is set on the
 // connection (reno is always built in); anything else is refused by name at
-// group creation, never on a connection later.
+// group creation (a connection made after the host's settings changed keeps
+// the system's default, with a warning).
 TEST(Socket, CongestionControlIsSetOrRefusedByName) {
 #if defined(__linux__)
   Socket probe(::socket(AF_INET, SOCK_STREAM, 0));

@@ -178,6 +178,9 @@ def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
         _sweep(4, [("all_reduce", 1 << 20, (900, 0.10), None)], goodput=0.1),
         _sweep(4, [("all_reduce", 1 << 20, (800, 0.12), None)], goodput=0.1),
         _sweep(4, [("all_reduce", 1 << 20, (1200, 0.08), None)], goodput=0.1, algo="allreduce=ring"),
+        # % is the median of each file's busbw / its own goodput: 50 % and 100 %.
+        _sweep(8, [("all_reduce", 1 << 20, (1000, 0.10), None)], goodput=0.2),
+        _sweep(8, [("all_reduce", 1 << 20, (1000, 0.10), None)], goodput=0.1),
     ]
     paths = []
     for i, f in enumerate(files):
@@ -193,16 +196,17 @@ def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("| all_reduce")]
     assert lines == [
-        "| all_reduce | 8 B | 2 | auto | 100 µs | 400 µs | 4.00× |",
-        "| all_reduce | 1 MiB | 2 | auto | 0.099 GB/s, 99.0 % | 0.050 GB/s, 50.0 % | 2.00× |",
-        "| all_reduce | 1 MiB | 4 | auto | 0.110 GB/s, 110.0 % | – | – |",
-        "| all_reduce | 1 MiB | 4 | allreduce=ring | 0.080 GB/s, 80.0 % | – | – |",
+        "| all_reduce | 8 B | 2 | default | 100 µs | 400 µs | 4.00× |",
+        "| all_reduce | 1 MiB | 2 | default | 0.099 GB/s, 99.0 % | 0.050 GB/s, 50.0 % | 2.00× |",
+        "| all_reduce | 1 MiB | 4 | default | 0.110 GB/s, 110.0 % | – | – |",
+        "| all_reduce | 1 MiB | 4 | MCCL_ALGO=allreduce=ring | 0.080 GB/s, 80.0 % | – | – |",
+        "| all_reduce | 1 MiB | 8 | default | 0.100 GB/s, 75.0 % | – | – |",
     ]
     if "--plot" in args:
         assert (tmp_path / "scale.png").stat().st_size > 0
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "scale-report", str(paths[0]), "--goodput", "0.2"],
                        capture_output=True, text=True, timeout=60)
-    assert "| all_reduce | 1 MiB | 2 | auto | 0.099 GB/s, 49.5 % | 0.050 GB/s, 25.0 % | 2.00× |" in p.stdout
+    assert "| all_reduce | 1 MiB | 2 | default | 0.099 GB/s, 49.5 % | 0.050 GB/s, 25.0 % | 2.00× |" in p.stdout
     for bad in ("0", "-1", "fast", "inf"):
         p = subprocess.run([sys.executable, "-m", "mccl.bench", "scale-report", str(paths[0]), "--goodput", bad],
                            capture_output=True, text=True, timeout=60)

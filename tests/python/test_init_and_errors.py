@@ -57,7 +57,8 @@ else:
     ("MCCL_PORT_RANGE", "1000abc-2000", ["MCCL_PORT_RANGE=1000abc-2000", "LOW-HIGH"]),
     ("MCCL_WIRE_SECURITY", "yes", ["MCCL_WIRE_SECURITY=yes", "off, integrity, encrypt"]),
     ("MCCL_TCP_CONGESTION", "cubic;", ["MCCL_TCP_CONGESTION=cubic;", "not a congestion control name"]),
-    ("MCCL_TCP_CONGESTION", "nosuchcc", ["MCCL_TCP_CONGESTION=nosuchcc", "this kernel offers"]),
+    pytest.param("MCCL_TCP_CONGESTION", "nosuchcc", ["MCCL_TCP_CONGESTION=nosuchcc", "this kernel offers"],
+                 marks=pytest.mark.skipif(sys.platform != "linux", reason="elsewhere the setting is refused as such")),
 ])
 def test_out_of_range_setting_is_refused_by_name(var, value, words):
     # Every numeric setting is checked against the range declared beside it

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "util/check.h"
+#include "util/logging.h"
 
 namespace mccl {
 
@@ -45,7 +46,17 @@ void Peers::adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
   Peer& p = at(peer);
   sock.setNoDelay();
   sock.setBufferSizes(cfg_.socketBuffer);
-  if (!cfg_.tcpCongestion.empty()) sock.setCongestion(cfg_.tcpCongestion);
+  if (!cfg_.tcpCongestion.empty()) {
+    // Checked when the group was made; refused now only if the host's
+    // settings changed since. The connection keeps the system's default.
+    try {
+      sock.setCongestion(cfg_.tcpCongestion);
+    } catch (const Error& e) {
+      static RateLimiter warnings(1, std::chrono::minutes(10));
+      uint64_t dropped = 0;
+      if (warnings.allow(&dropped)) MCCL_LOG(kWarn, e.what(), "; this connection keeps the system's default");
+    }
+  }
   if (accepted) {
     std::lock_guard<std::mutex> lock(p.mu);
     if (p.hostHint.empty()) {

@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -130,12 +129,19 @@ void Socket::setNonBlocking(bool on) {
 
 void Socket::checkCongestion(const std::string& name) {
   bool wellFormed = !name.empty() && name.size() < 16;  // TCP_CA_NAME_MAX
-  for (char ch : name) wellFormed = wellFormed && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+  for (char ch : name) {
+    wellFormed = wellFormed && ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_');
+  }
   MCCL_USAGE_CHECK(wellFormed, "MCCL_TCP_CONGESTION=", name,
                    " is not a congestion control name (letters, digits and _, at most 15)");
-  Socket probe(::socket(AF_INET, SOCK_STREAM, 0));
-  if (!probe.valid()) probe = Socket(::socket(AF_INET6, SOCK_STREAM, 0));
-  MCCL_CHECK(probe.valid(), "socket() for MCCL_TCP_CONGESTION: ", std::strerror(errno));
+#if defined(SOCK_CLOEXEC)
+  constexpr int kType = SOCK_STREAM | SOCK_CLOEXEC;
+#else
+  constexpr int kType = SOCK_STREAM;
+#endif
+  Socket probe(::socket(AF_INET, kType, 0));
+  if (!probe.valid()) probe = Socket(::socket(AF_INET6, kType, 0));
+  if (!probe.valid()) throwError(ErrorKind::kSystem, "socket() for MCCL_TCP_CONGESTION: ", errnoString(errno));
   probe.setCongestion(name);
 }
 
@@ -148,7 +154,7 @@ void Socket::setCongestion(const std::string& name) {
   std::string allowed, available;
   std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_allowed_congestion_control"), allowed);
   std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_available_congestion_control"), available);
-  throwError(ErrorKind::kUsage, "MCCL_TCP_CONGESTION=", name, ": ", std::strerror(err),
+  throwError(ErrorKind::kUsage, "MCCL_TCP_CONGESTION=", name, ": ", errnoString(err),
              " (this kernel offers: ", available.empty() ? "?" : available, "; allowed without CAP_NET_ADMIN: ",
              allowed.empty() ? "?" : allowed, "; net.ipv4.tcp_allowed_congestion_control widens that)");
 #else

@@ -21,38 +21,50 @@ def goodput_of(run_file: dict, override: float | None) -> float | None:
     return float(value) if value else None
 
 
+# Settings that do not change what is measured; any other MCCL_* setting a
+# file was run with keeps its rows apart from the default's.
+NEUTRAL_ENV = {"MCCL_SOCKET_IFNAME", "MCCL_BENCH_GOODPUT_GBPS"}
+
+
+def settings_of(run_file: dict) -> str:
+    env = run_file.get("meta", {}).get("env", {})
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("MCCL_") and k not in NEUTRAL_ENV)
+
+
 def summarize(files: list[dict], goodput: float | None = None) -> list[dict]:
-    """One row per (op, bytes, world): each backend's median time and busbw
-    over the files that measured it (a forced MCCL_ALGO is part of the key,
-    so forced runs are not mixed with the model's choice), and busbw as a
-    fraction of goodput where that is known."""
+    """One row per (op, bytes, world, settings): each backend's median time
+    and busbw over the files that measured it, and the median over those
+    files of busbw / that file's goodput where the goodput is known. Files
+    run with other MCCL_* settings (a forced MCCL_ALGO, more connections...)
+    make rows of their own."""
     cells: dict[tuple, dict[str, list]] = {}
     for f in files:
         if "results" not in f or "meta" not in f:
             raise ValueError("not an `mccl-bench --json` sweep (no meta and results)")
         g = goodput_of(f, goodput)
-        algo = f["meta"].get("env", {}).get("MCCL_ALGO", "")
         for r in f["results"]:
-            key = (r["op"], r["bytes"], r["world"], algo)
+            key = (r["op"], r["bytes"], r["world"], settings_of(f))
             cell = cells.setdefault(key, {b: [] for b in BACKENDS} | {"goodput": []})
             for b in BACKENDS:
                 if r.get(b):
-                    cell[b].append((r[b]["time_us"], r[b]["busbw_GBps"]))
+                    bw = r[b]["busbw_GBps"]
+                    cell[b].append((r[b]["time_us"], bw, bw / g if g else None))
             if g:
                 cell["goodput"].append(g)
     rows = []
-    for (op, size, world, algo), cell in sorted(cells.items()):
-        row = {"op": op, "bytes": size, "world": world, "algo": algo,
+    for (op, size, world, settings), cell in sorted(cells.items()):
+        row = {"op": op, "bytes": size, "world": world, "settings": settings,
                "goodput_GBps": statistics.median(cell["goodput"]) if cell["goodput"] else None}
         for b in BACKENDS:
             got = cell[b]
             row[b] = None if not got else {
                 "runs": len(got),
-                "time_us": statistics.median(t for t, _ in got),
-                "busbw_GBps": statistics.median(bw for _, bw in got),
+                "time_us": statistics.median(t for t, _, _ in got),
+                "busbw_GBps": statistics.median(bw for _, bw, _ in got),
             }
-            if row[b] and row["goodput_GBps"]:
-                row[b]["of_goodput"] = row[b]["busbw_GBps"] / row["goodput_GBps"]
+            ratios = [x for _, _, x in got if x is not None]
+            if row[b] and ratios:
+                row[b]["of_goodput"] = statistics.median(ratios)
         rows.append(row)
     return rows
 
@@ -75,34 +87,34 @@ def _cell(row: dict, b: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| op | size | N | MCCL_ALGO | MCCL | Gloo | MCCL / Gloo |", "|---|---|---|---|---|---|---|"]
+    lines = ["| op | size | N | settings | MCCL | Gloo | MCCL / Gloo |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "–"
         if r["mccl"] and r["gloo"]:
             ratio = f"{r['gloo']['time_us'] / r['mccl']['time_us']:.2f}×"
-        lines.append(f"| {r['op']} | {_size(r['bytes'])} | {r['world']} | {r['algo'] or 'auto'} | "
+        lines.append(f"| {r['op']} | {_size(r['bytes'])} | {r['world']} | {r['settings'] or 'default'} | "
                      f"{_cell(r, 'mccl')} | {_cell(r, 'gloo')} | {ratio} |")
     return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: str) -> None:
     """One panel per op: % of goodput (or µs, for latency-bound sizes)
-    against N, a line per size; MCCL solid, Gloo dashed. Forced algorithms
-    are left out (the model's choice is what a user gets)."""
+    against N, a line per size; MCCL solid, Gloo dashed. Only the default
+    settings' rows (what a user gets)."""
     from .plot import pyplot
 
     plt = pyplot()
-    rows = [r for r in rows if not r["algo"]]
+    rows = [r for r in rows if not r["settings"]]
     ops = list(dict.fromkeys(r["op"] for r in rows))
     fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 3.8), squeeze=False)
     for ax, op in zip(axes[0], ops):
         mine = [r for r in rows if r["op"] == op]
-        large = [r for r in mine if r["bytes"] > LATENCY_BYTES and r["goodput_GBps"]]
+        large = [r for r in mine if r["bytes"] > LATENCY_BYTES]
         for k, size in enumerate(sorted({r["bytes"] for r in large})):
             pts = sorted((r for r in large if r["bytes"] == size), key=lambda r: r["world"])
             color = f"C{k}"
             for b, style in (("mccl", "-"), ("gloo", "--")):
-                xy = [(r["world"], 100 * r[b]["of_goodput"]) for r in pts if r[b]]
+                xy = [(r["world"], 100 * r[b]["of_goodput"]) for r in pts if r[b] and "of_goodput" in r[b]]
                 if xy:
                     ax.plot(*zip(*xy), style, marker="o", ms=3, color=color,
                             label=f"{b} {_size(size)}")
