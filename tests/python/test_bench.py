@@ -31,6 +31,9 @@ def test_collective_sweep_json_and_table(tmp_path):
     assert "mccl/gloo" in text
     data = json.loads(out.read_text())
     assert data["meta"]["world"] == 3
+    if os.path.exists("/proc/sys/net/ipv4/tcp_congestion_control"):  # what the run's TCP was
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            assert data["meta"]["tcp_congestion"] == f.read().strip()
     rows = data["results"]
     assert {(r["op"], r["bytes"]) for r in rows} == {(o, s) for o in ops.split(",") for s in (8, 512, 32768)}
     for r in rows:

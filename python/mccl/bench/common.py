@@ -56,6 +56,20 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+CONGESTION_FILE = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+
+def tcp_congestion() -> str | None:
+    """This host's (network namespace's) default TCP congestion control, or
+    None where Linux does not say. MCCL_TCP_CONGESTION, recorded with the
+    other settings, overrides it for MCCL's own connections."""
+    try:
+        with open(CONGESTION_FILE) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def metadata(extra: dict | None = None) -> dict:
     import mccl
 
@@ -69,6 +83,7 @@ def metadata(extra: dict | None = None) -> dict:
         "world": dist.get_world_size() if dist.is_initialized() else None,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "env": {k: v for k, v in os.environ.items() if k.startswith("MCCL_")},
+        "tcp_congestion": tcp_congestion(),
     }
     meta.update(extra or {})
     return meta
