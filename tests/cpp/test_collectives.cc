@@ -166,28 +166,34 @@ TEST(Allreduce, BruckEveryRadixOnLargeGroups) {
 TEST(Allreduce, Rabenseifner) { allreduceSweep("allreduce=rabenseifner"); }
 TEST(Allreduce, RabenseifnerPipelined) { allreduceSweep("allreduce=rabenseifner", pipelined); }
 
+// `algo` forced on n thread ranks with 4 KiB chunks (several per step where
+// blocks are large): int64, float64 and bfloat16 sums, maxima and averages
+// of 0, 1, 13 and 1031 elements exact against the references, and 4099
+// float32 order-sensitive values summed bit-identically on every rank.
+void exactAndBitIdentical(const std::string& algo, int n) {
+  std::vector<std::vector<float>> got(static_cast<size_t>(n));
+  runRanks(n, [&](Communicator& comm) {
+    int salt = 0;
+    for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kBFloat16}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+        if (!reduceSupported(dt, op)) continue;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1031}}) checkAllreduce(comm, dt, op, count, ++salt);
+      }
+    }
+    got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 4099);
+  }, [&](CommConfig& cfg) {
+    cfg.algo = algo;
+    cfg.chunkBytes = 4096;
+  }, std::chrono::seconds(300));
+  expectBitIdentical(got);
+}
+
 // Recursive halving and doubling on large, odd, prime and power-of-two
 // groups (the fold of 1 to 31 extra ranks): exact against the references,
 // and float32 sums whose value depends on the order bit-identical on every
 // rank (each block is summed by one owner and copied).
 TEST(Allreduce, RabenseifnerOnLargeGroups) {
-  for (int n : {8, 9, 16, 17, 24, 33, 48, 64}) {
-    std::vector<std::vector<float>> got(static_cast<size_t>(n));
-    runRanks(n, [&](Communicator& comm) {
-      int salt = 0;
-      for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kBFloat16}) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-          if (!reduceSupported(dt, op)) continue;
-          for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1031}}) checkAllreduce(comm, dt, op, count, ++salt);
-        }
-      }
-      got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 4099);
-    }, [&](CommConfig& cfg) {
-      cfg.algo = "allreduce=rabenseifner";
-      cfg.chunkBytes = 4096;  // several chunks per step
-    }, std::chrono::seconds(300));
-    expectBitIdentical(got);
-  }
+  for (int n : {8, 9, 16, 17, 24, 33, 48, 64}) exactAndBitIdentical("allreduce=rabenseifner", n);
 }
 TEST(Allreduce, RecursiveMultiplying) { allreduceSweep("allreduce=recursive_multiplying"); }
 
@@ -234,21 +240,7 @@ TEST(Allreduce, TorusOnLargeGroups) {
     ASSERT_EQ(n % a, 0) << n;
     ASSERT_LE(a * a, n) << n;
     ASSERT_EQ(algo::hasTorusGrid(n), n != 23) << n;
-    std::vector<std::vector<float>> got(static_cast<size_t>(n));
-    runRanks(n, [&](Communicator& comm) {
-      int salt = 0;
-      for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kBFloat16}) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-          if (!reduceSupported(dt, op)) continue;
-          for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1031}}) checkAllreduce(comm, dt, op, count, ++salt);
-        }
-      }
-      got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 4099);
-    }, [&](CommConfig& cfg) {
-      cfg.algo = "allreduce=torus";
-      cfg.chunkBytes = 4096;  // 4099 floats: two chunks per row step on 8 and 9 ranks
-    }, std::chrono::seconds(300));
-    expectBitIdentical(got);
+    exactAndBitIdentical("allreduce=torus", n);  // 4099 floats: two chunks per row step on 8 and 9 ranks
   }
 }
 // Grids with a != b and b > 2 through the pipelined, striped transport

@@ -42,6 +42,28 @@ struct Span {
   size_t base, count, es;
 };
 
+// The span cut into one block per member of `line`, each block into the
+// same number of pipeline chunks; item i is chunk i % chunks of step
+// i / chunks.
+struct Blocks {
+  Blocks(OpContext& ctx, const Line& line, Span sp)
+      : sp(sp), m(line.size()), part(sp.count, m),
+        chunks(chunksFor(part.maxLength(), sp.es, ctx.config().chunkBytes)),
+        items(static_cast<size_t>(m - 1) * chunks) {}
+  // Chunk c of block `block` (taken mod m): its first byte, and its length
+  // in elements in *len.
+  uint8_t* at(int block, size_t c, size_t* len) const {
+    const int b = mod(block, m);
+    const Chunk ch = chunkOf(part.length(b), chunks, c);
+    *len = ch.length;
+    return sp.buf + (sp.base + part.offset(b) + ch.begin) * sp.es;
+  }
+  Span sp;
+  int m;
+  Partition part;
+  size_t chunks, items;
+};
+
 // Phase p's message for item i (step * chunks + chunk): 2 bits of phase,
 // 30 of item.
 uint32_t phaseSlot(uint32_t phase, size_t item) {
@@ -56,36 +78,28 @@ uint32_t phaseSlot(uint32_t phase, size_t item) {
 // a pipeline. `avg` divides the finished block by it (0: no division).
 Task lineReduceScatter(OpContext& ctx, const Line& line, Span sp, uint32_t phase,
                        const kernels::Combiner& combine, DataType dtype, int avg) {
-  const int m = line.size();
-  if (m == 1) co_return;
-  const Partition part(sp.count, m);
-  const size_t nch = chunksFor(part.maxLength(), sp.es, ctx.config().chunkBytes);
-  const size_t steps = static_cast<size_t>(m - 1);
-  auto at = [&](int block, size_t c, size_t* len) {
-    const int b = mod(block, m);
-    const Chunk ch = chunkOf(part.length(b), nch, c);
-    *len = ch.length;
-    return sp.buf + (sp.base + part.offset(b) + ch.begin) * sp.es;
-  };
-  const size_t slotBytes = (part.maxLength() / nch + 1) * sp.es;
-  Scratch tmp = ctx.scratch(steps * nch * slotBytes);
-  std::vector<std::shared_ptr<RecvRequest>> recvs(steps * nch);
-  for (size_t i = 0; i < steps * nch; ++i) {
+  if (line.size() == 1) co_return;
+  const Blocks bl(ctx, line, sp);
+  const size_t nch = bl.chunks, steps = bl.items / nch;
+  const size_t slotBytes = (bl.part.maxLength() / nch + 1) * sp.es;
+  Scratch tmp = ctx.scratch(bl.items * slotBytes);
+  std::vector<std::shared_ptr<RecvRequest>> recvs(bl.items);
+  for (size_t i = 0; i < bl.items; ++i) {
     size_t len = 0;
-    at(line.me - static_cast<int>(i / nch) - 2, i % nch, &len);
+    bl.at(line.me - static_cast<int>(i / nch) - 2, i % nch, &len);
     recvs[i] = ctx.irecv(line.left(), phaseSlot(phase, i), tmp.data() + i * slotBytes, len * sp.es);
   }
   std::vector<std::shared_ptr<SendRequest>> sends;
-  sends.reserve(steps * nch);
+  sends.reserve(bl.items);
   for (size_t c = 0; c < nch; ++c) {
     size_t len = 0;
-    uint8_t* p = at(line.me - 1, c, &len);
+    uint8_t* p = bl.at(line.me - 1, c, &len);
     sends.push_back(ctx.isend(line.right(), phaseSlot(phase, c), p, len * sp.es));
   }
-  for (size_t i = 0; i < steps * nch; ++i) {
+  for (size_t i = 0; i < bl.items; ++i) {
     const size_t s = i / nch, c = i % nch;
     size_t len = 0;
-    uint8_t* p = at(line.me - static_cast<int>(s) - 2, c, &len);
+    uint8_t* p = bl.at(line.me - static_cast<int>(s) - 2, c, &len);
     co_await ctx.wait(recvs[i]);
     combine(p, p, tmp.data() + i * slotBytes, len);
     if (s + 1 < steps) {
@@ -100,34 +114,26 @@ Task lineReduceScatter(OpContext& ctx, const Line& line, Span sp, uint32_t phase
 // All-gather in place: member i starts with block i and ends with all of
 // them. Receives land in their final place and are posted first.
 Task lineAllgather(OpContext& ctx, const Line& line, Span sp, uint32_t phase) {
-  const int m = line.size();
-  if (m == 1) co_return;
-  const Partition part(sp.count, m);
-  const size_t nch = chunksFor(part.maxLength(), sp.es, ctx.config().chunkBytes);
-  const size_t steps = static_cast<size_t>(m - 1);
-  auto at = [&](int block, size_t c, size_t* len) {
-    const int b = mod(block, m);
-    const Chunk ch = chunkOf(part.length(b), nch, c);
-    *len = ch.length;
-    return sp.buf + (sp.base + part.offset(b) + ch.begin) * sp.es;
-  };
-  std::vector<std::shared_ptr<RecvRequest>> recvs(steps * nch);
-  for (size_t i = 0; i < steps * nch; ++i) {
+  if (line.size() == 1) co_return;
+  const Blocks bl(ctx, line, sp);
+  const size_t nch = bl.chunks;
+  std::vector<std::shared_ptr<RecvRequest>> recvs(bl.items);
+  for (size_t i = 0; i < bl.items; ++i) {
     size_t len = 0;
-    uint8_t* p = at(line.me - static_cast<int>(i / nch) - 1, i % nch, &len);
+    uint8_t* p = bl.at(line.me - static_cast<int>(i / nch) - 1, i % nch, &len);
     recvs[i] = ctx.irecv(line.left(), phaseSlot(phase, i), p, len * sp.es);
   }
   std::vector<std::shared_ptr<SendRequest>> sends;
-  sends.reserve(steps * nch);
+  sends.reserve(bl.items);
   for (size_t c = 0; c < nch; ++c) {
     size_t len = 0;
-    uint8_t* p = at(line.me, c, &len);
+    uint8_t* p = bl.at(line.me, c, &len);
     sends.push_back(ctx.isend(line.right(), phaseSlot(phase, c), p, len * sp.es));
   }
-  for (size_t i = 0; i + nch < steps * nch; ++i) {
+  for (size_t i = 0; i + nch < bl.items; ++i) {
     co_await ctx.wait(recvs[i]);
     size_t len = 0;
-    uint8_t* p = at(line.me - static_cast<int>(i / nch) - 1, i % nch, &len);
+    uint8_t* p = bl.at(line.me - static_cast<int>(i / nch) - 1, i % nch, &len);
     sends.push_back(ctx.isend(line.right(), phaseSlot(phase, i + nch), p, len * sp.es));
   }
   co_await ctx.waitAll(recvs);

@@ -205,7 +205,7 @@ int torusRows(int n) {
   return rows;
 }
 
-bool hasTorusGrid(int n) { return n > 3 && torusRows(n) > 1; }
+bool hasTorusGrid(int n) { return torusRows(n) > 1; }
 
 // Reduce-scatter along a row of b (steps of x/b), all-reduce down a column
 // of a (steps of x/n each way), all-gather along the row.
