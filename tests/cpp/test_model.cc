@@ -66,7 +66,7 @@ TEST(CostModel, RabenseifnerForMediumBuffersOnLargerGroups) {
   EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 64 << 20), Algo::kRing);  // share over MCCL_SMALL_BYTES
   EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, 8), Algo::kRabenseifner);
   EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, 1 << 20), Algo::kRabenseifner);  // 64 KiB each
-  EXPECT_EQ(algo::choose(c, m, OpKind::kAllreduce, (1 << 20) + 64), Algo::kRing);
+  EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, (1 << 20) + 64), Algo::kRabenseifner);
   c.size = 24;
   EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, 256 << 10), Algo::kRabenseifner);
   c.size = 2;  // the ring's two steps, which come first in the table
@@ -77,9 +77,10 @@ TEST(CostModel, RabenseifnerForMediumBuffersOnLargerGroups) {
 }
 
 // The two-dimensional all-reduce: grids of the largest divisor not above
-// the square root; a candidate for medium buffers on groups that form a
-// grid and are not a power of two (there Rabenseifner's takes fewer steps),
-// never on primes or beyond MCCL_SMALL_BYTES per rank.
+// the square root. For medium buffers a candidate on groups that form a grid
+// and are not a power of two (there Rabenseifner's takes fewer steps), never
+// on primes; beyond MCCL_SMALL_BYTES per rank on every grid, where the model
+// weighs its phase boundaries against the ring's 2(n-1) steps.
 TEST(CostModel, TorusForMediumBuffersOnGrids) {
   EXPECT_EQ(algo::torusRows(24), 4);
   EXPECT_EQ(algo::torusRows(48), 6);
@@ -89,36 +90,39 @@ TEST(CostModel, TorusForMediumBuffersOnGrids) {
   EXPECT_FALSE(algo::hasTorusGrid(23));
   EXPECT_FALSE(algo::hasTorusGrid(3));
   EXPECT_TRUE(algo::hasTorusGrid(4));
-  // The ring's bytes in 2(b-1) + 2(a-1) steps: cheaper than the ring
-  // wherever a step costs anything, equal to it on a prime.
+  // The ring's bytes in 2(b-1) + 2(a-1) steps: cheaper than the ring where
+  // steps cost more than the data; on a prime the ring's steps plus one
+  // boundary.
   const CostModel lab{.alphaUs = 1.0, .overheadUs = 22.69, .betaNsPerByte = 7.98, .gammaNsPerByte = 0.6};
   for (int n = 2; n <= 64; ++n) {
-    for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{64} << 20}) {
+    for (size_t bytes : {size_t{8}, size_t{1} << 10}) {
       const double torus = algo::allreduceTorusSeconds(lab, bytes, n, 1 << 20);
       const double ring = algo::allreduceRingSeconds(lab, bytes, n, 1 << 20);
-      if (algo::hasTorusGrid(n)) {
+      if (algo::hasTorusGrid(n) && n > 4) {
         ASSERT_LT(torus, ring) << n << " ranks, " << bytes << " B";
-      } else {
-        ASSERT_EQ(torus, ring) << n << " ranks, " << bytes << " B";
+      } else if (!algo::hasTorusGrid(n)) {
+        ASSERT_GT(torus, ring) << n << " ranks, " << bytes << " B";
+        ASSERT_LT(torus, ring * 1.01) << n << " ranks, " << bytes << " B";
       }
     }
   }
   CommConfig c;
   c.size = 24;  // the 1 Gbit/s lab's fitted model: its choice at 64 KiB (measured 1.9x the ring)
   EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 64 << 10), Algo::kTorus);
-  EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 64 << 20), Algo::kRing);  // share over MCCL_SMALL_BYTES
   EXPECT_NE(algo::choose(c, lab, OpKind::kAllreduce, 8), Algo::kTorus);
   c.size = 48;
   EXPECT_EQ(algo::choose(c, CostModel{}, OpKind::kAllreduce, 1 << 20), Algo::kTorus);
-  // Not on primes, nor on powers of two even where rounding prices the torus
-  // a last digit below Rabenseifner's (no latency at all).
+  EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 256 << 10), Algo::kTorus);  // measured 1.95x the ring
+  // Not on primes, nor, for medium buffers, on powers of two even where
+  // rounding prices the torus a last digit below Rabenseifner's (no latency).
   const CostModel flat{.alphaUs = 0.0, .overheadUs = 0.0, .betaNsPerByte = 0.8, .gammaNsPerByte = 0.0};
   const CostModel flat2{.alphaUs = 0.0, .overheadUs = 0.0, .betaNsPerByte = 0.08, .gammaNsPerByte = 0.1};
   for (int n : {4, 16, 23, 32, 47, 64, 128}) {
     c.size = n;
     for (const CostModel& m : {lab, flat, flat2, CostModel{}}) {
       for (size_t bytes : {size_t{16} << 10, size_t{64} << 10, size_t{256} << 10, size_t{1} << 20,
-                           static_cast<size_t>(n) << 16}) {
+                           static_cast<size_t>(n) << 16, size_t{64} << 20}) {
+        if (algo::hasTorusGrid(n) && bytes / static_cast<size_t>(n) > c.smallBytes) continue;
         EXPECT_NE(algo::choose(c, m, OpKind::kAllreduce, bytes), Algo::kTorus) << n << " ranks, " << bytes;
       }
     }
@@ -126,6 +130,36 @@ TEST(CostModel, TorusForMediumBuffersOnGrids) {
   c.size = 23;  // forced, it runs anywhere
   c.algo = "allreduce=torus";
   EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 64 << 20), Algo::kTorus);
+}
+
+// Large buffers: the ring while its 2(n-1) steps cost less than the torus's
+// phase boundaries (the 1 Gbit/s lab up to 48 ranks, 10 GbE up to 24), the
+// torus on large fleets of 10 GbE where the ring's steps add up (a 25 MiB
+// DDP bucket on 200 ranks: 398 steps of 50 us against the torus's 56,
+// about a quarter less time).
+TEST(CostModel, TorusForLargeBuffersOnLargeFleets) {
+  const CostModel lab{.alphaUs = 1.0, .overheadUs = 22.69, .betaNsPerByte = 7.98, .gammaNsPerByte = 0.6};
+  const CostModel tenGbE{.alphaUs = 50.0, .overheadUs = 10.0, .betaNsPerByte = 0.851, .gammaNsPerByte = 0.1};
+  CommConfig c;
+  for (int n : {6, 8, 16, 24, 32, 48}) {
+    c.size = n;
+    EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 64 << 20), Algo::kRing) << n;
+    EXPECT_EQ(algo::choose(c, lab, OpKind::kAllreduce, 25 << 20), Algo::kRing) << n;
+  }
+  for (int n : {6, 8, 16, 24}) {
+    c.size = n;
+    EXPECT_EQ(algo::choose(c, tenGbE, OpKind::kAllreduce, 64 << 20), Algo::kRing) << n;
+  }
+  for (int n : {100, 128, 200, 256}) {
+    c.size = n;
+    EXPECT_EQ(algo::choose(c, tenGbE, OpKind::kAllreduce, 25 << 20), Algo::kTorus) << n;
+    EXPECT_EQ(algo::choose(c, tenGbE, OpKind::kAllreduce, 64 << 20), Algo::kTorus) << n;
+    const double ring = algo::allreduceRingSeconds(tenGbE, 25 << 20, n, 1 << 20);
+    const double torus = algo::allreduceTorusSeconds(tenGbE, 25 << 20, n, 1 << 20);
+    EXPECT_LT(torus, ring * (n >= 200 ? 0.8 : 0.9)) << n;  // most of the ring's latency saved
+  }
+  c.size = 199;  // a prime: no grid, the ring
+  EXPECT_EQ(algo::choose(c, tenGbE, OpKind::kAllreduce, 25 << 20), Algo::kRing);
 }
 
 // Recursive multiplying's plan: a base of n/2 to n ranks with factors 2, 3,

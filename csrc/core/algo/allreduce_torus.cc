@@ -15,6 +15,7 @@
 //
 // Mikami et al., "Massively Distributed SGD: ImageNet/ResNet-50 Training in
 // a Flash", arXiv:1811.05233 (2018), section 3.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,9 @@ namespace {
 // A ring of real ranks (`ranks`, in ring order) in which this rank is
 // member `me`, working on the elements [base, base + count) of a buffer cut
 // into ranks.size() blocks (Partition).
+// Scratch slots of a line's reduce-scatter (the ring's K).
+constexpr size_t kRecvSlots = 8;
+
 struct Line {
   std::vector<int> ranks;
   int me = 0;
@@ -81,14 +85,17 @@ Task lineReduceScatter(OpContext& ctx, const Line& line, Span sp, uint32_t phase
   if (line.size() == 1) co_return;
   const Blocks bl(ctx, line, sp);
   const size_t nch = bl.chunks, steps = bl.items / nch;
+  // Receives go to k scratch slots, recycled in order (as the ring's).
+  const size_t k = std::min<size_t>(bl.items, kRecvSlots);
   const size_t slotBytes = (bl.part.maxLength() / nch + 1) * sp.es;
-  Scratch tmp = ctx.scratch(bl.items * slotBytes);
+  Scratch tmp = ctx.scratch(k * slotBytes);
   std::vector<std::shared_ptr<RecvRequest>> recvs(bl.items);
-  for (size_t i = 0; i < bl.items; ++i) {
+  auto post = [&](size_t i) {
     size_t len = 0;
     bl.at(line.me - static_cast<int>(i / nch) - 2, i % nch, &len);
-    recvs[i] = ctx.irecv(line.left(), phaseSlot(phase, i), tmp.data() + i * slotBytes, len * sp.es);
-  }
+    recvs[i] = ctx.irecv(line.left(), phaseSlot(phase, i), tmp.data() + (i % k) * slotBytes, len * sp.es);
+  };
+  for (size_t i = 0; i < k; ++i) post(i);
   std::vector<std::shared_ptr<SendRequest>> sends;
   sends.reserve(bl.items);
   for (size_t c = 0; c < nch; ++c) {
@@ -101,7 +108,8 @@ Task lineReduceScatter(OpContext& ctx, const Line& line, Span sp, uint32_t phase
     size_t len = 0;
     uint8_t* p = bl.at(line.me - static_cast<int>(s) - 2, c, &len);
     co_await ctx.wait(recvs[i]);
-    combine(p, p, tmp.data() + i * slotBytes, len);
+    combine(p, p, tmp.data() + (i % k) * slotBytes, len);
+    if (i + k < bl.items) post(i + k);
     if (s + 1 < steps) {
       sends.push_back(ctx.isend(line.right(), phaseSlot(phase, i + nch), p, len * sp.es));
     } else if (avg > 0) {

@@ -29,9 +29,13 @@ Task barrierDissemination(OpContext& ctx);
 namespace {
 
 bool powerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
-// On powers of two Rabenseifner's takes fewer steps with the same bytes; the
-// torus is only priced level with it there, and rounding could break the tie.
-bool torusGroup(int n) { return hasTorusGrid(n) && !powerOfTwo(n); }
+bool rabenseifnerOn(int n, size_t share, size_t small) { return powerOfTwo(n) && share <= small; }
+// On powers of two Rabenseifner's takes fewer steps with the same bytes at
+// small shares; the torus is priced near it there, and rounding could break
+// the tie.
+bool torusOn(int n, size_t share, size_t small) {
+  return hasTorusGrid(n) && (share > small || !powerOfTwo(n));
+}
 
 const char* nameOf(Algo id) {
   for (const auto& a : algorithms()) {
@@ -53,9 +57,9 @@ const std::vector<Algorithm>& algorithms() {
         {Algo::kRecursiveMultiplying, OpKind::kAllreduce, "recursive_multiplying",
          allreduceRecursiveMultiplying, allreduceRecursiveMultiplyingSeconds, true},
         {Algo::kRabenseifner, OpKind::kAllreduce, "rabenseifner", allreduceRabenseifner,
-         allreduceRabenseifnerSeconds, false, powerOfTwo},
+         allreduceRabenseifnerSeconds, false, rabenseifnerOn},
         {Algo::kTorus, OpKind::kAllreduce, "torus", allreduceTorus, allreduceTorusSeconds, false,
-         torusGroup},
+         torusOn},
         {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},
         {Algo::kChain, OpKind::kBroadcast, "chain", broadcastChain, broadcastChainSeconds},
         {Algo::kBinomial, OpKind::kReduce, "binomial", reduceBinomial, reduceBinomialSeconds},

@@ -63,15 +63,17 @@ struct Algorithm {
   // direct exchanges need scratch for every peer and converge n-1 flows on
   // each receiver, which the model does not price.
   bool smallOnly = false;
-  // A medium-size algorithm: a candidate, when the collective has others,
-  // only on the group sizes `mediumOn` accepts and while each rank's share
-  // of the buffer (bytes / n) is at most MCCL_SMALL_BYTES, where the ring's
-  // 2(n-1) steps are short. Beyond, the ring's chunked pipeline, measured at
-  // the links' rate up to 48 hosts, stays the choice. Rabenseifner's runs on
-  // powers of two (elsewhere a fold moves the whole buffer twice more, which
-  // only a model tuned on the fleet weighs right), the torus on the other
-  // groups that form a grid. Null: not a medium-size algorithm.
-  bool (*mediumOn)(int n) = nullptr;
+  // When the collective has others, whether this one is a candidate on a
+  // group of n ranks whose share of the buffer (bytes / n) is `share`, with
+  // MCCL_SMALL_BYTES `small`. Rabenseifner's: on powers of two while the
+  // share is small (elsewhere a fold moves the whole buffer twice more,
+  // which only a model tuned on the fleet weighs right; beyond, the ring's
+  // chunked pipeline, measured at the links' rate up to 48 hosts, stays the
+  // choice). The torus: on grids, at small shares only where the group is
+  // not a power of two (Rabenseifner's takes fewer steps there), at larger
+  // ones on every grid, where the model charges its phase boundaries
+  // against the ring's 2(n-1) steps. Null: always a candidate.
+  bool (*candidateOn)(int n, size_t share, size_t small) = nullptr;
 };
 
 // Every algorithm; per collective in order of preference (the first wins

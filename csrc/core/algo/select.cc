@@ -41,8 +41,8 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
   double bestCost = 0;
   for (const auto& a : algorithms()) {
     if (a.op != op || (a.smallOnly && candidates > 1 && bytes > cfg.smallBytes)) continue;
-    if (a.mediumOn != nullptr && candidates > 1 &&
-        (!a.mediumOn(cfg.size) || bytes / static_cast<size_t>(std::max(1, cfg.size)) > cfg.smallBytes)) {
+    if (a.candidateOn != nullptr && candidates > 1 &&
+        !a.candidateOn(cfg.size, bytes / static_cast<size_t>(std::max(1, cfg.size)), cfg.smallBytes)) {
       continue;
     }
     double cost = a.cost(model, bytes, cfg.size, cfg.chunkBytes);
