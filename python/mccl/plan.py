@@ -11,9 +11,11 @@ Inputs are measurements, not guesses:
   ``mccl-bench matmul --json`` files (or --tflops-ratio), and a price per
   GPU-hour, for the cloud-cost comparison.
 
-Model, per step on N machines (ring all-reduce of the fp32 gradients, G bytes):
+Model, per step on N machines (all-reduce of the fp32 gradients, G bytes, by
+the algorithm MCCL's cost model chooses; for large buffers the ring, or the
+two-dimensional torus on large fleets where the ring's 2(N-1) steps add up):
 
-    comm(N)    = 2(N-1) * (alpha + max(2o, G/N * beta))
+    comm(N)    = 2(N-1) * (alpha + max(2o, G/N * beta))       (the ring)
     exposed(N) = (1 - hidden) * comm(N)
     step(N)    = compute + exposed(N)
     samples/s  = N * batch / step(N);  efficiency = compute / step(N)
@@ -67,18 +69,43 @@ def ring_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float, bet
     return 2 * (n - 1) * (a + max(2 * o, nbytes / n * b))
 
 
+def allreduce_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float,
+                      beta_ns_per_byte: float) -> tuple[float, str]:
+    """MCCL's all-reduce of `nbytes` on n machines: the seconds its cost model
+    predicts for the algorithm it chooses there, and that algorithm's name.
+    No reduction term (as ring_seconds, which it equals where the ring is
+    chosen); this process's MCCL_ALGO and MCCL_SMALL_BYTES apply."""
+    if n <= 1:
+        return 0.0, "none"
+    model = {"alpha_us": alpha_us, "overhead_us": overhead_us, "beta_ns_per_byte": beta_ns_per_byte,
+             "gamma_ns_per_byte": 0.0}
+    size = max(1, int(nbytes))
+    name = _C.chosen_algorithm("allreduce", size, n, model).split(" ")[0]
+    return _C.predict_seconds("allreduce", name, size, n, model), name
+
+
+def _allreduce(inp: Inputs, nbytes: float, n: int) -> tuple[float, str]:
+    return allreduce_seconds(nbytes, n, inp.alpha_us, inp.overhead_us, inp.beta_ns_per_byte)
+
+
 def comm_seconds(inp: Inputs, n: int) -> float:
-    return ring_seconds(4.0 * inp.params, n, inp.alpha_us, inp.overhead_us, inp.beta_ns_per_byte)
+    return _allreduce(inp, 4.0 * inp.params, n)[0]
+
+
+def _bucket_count(inp: Inputs, bucket_bytes: float) -> int:
+    return max(1, math.ceil(4.0 * inp.params / bucket_bytes))
 
 
 def project(inp: Inputs, n: int) -> dict:
-    comm = comm_seconds(inp, n)
+    comm, algorithm = _allreduce(inp, 4.0 * inp.params, n)
     if inp.bucket_mb:
-        exposed = bucket_exposed(inp, n, inp.bucket_mb * 2**20, inp.backward_share, inp.layers)
+        bucket = inp.bucket_mb * 2**20
+        exposed = bucket_exposed(inp, n, bucket, inp.backward_share, inp.layers)
+        algorithm = _allreduce(inp, 4.0 * inp.params / _bucket_count(inp, bucket), n)[1]
     else:
         exposed = (1.0 - max(0.0, min(1.0, inp.hidden))) * comm
     step = inp.compute_s + exposed
-    row = {"nodes": n, "step_s": step, "comm_s": comm, "exposed_s": exposed,
+    row = {"nodes": n, "step_s": step, "comm_s": comm, "exposed_s": exposed, "algorithm": algorithm,
            "samples_per_s": n * inp.batch / step, "efficiency": inp.compute_s / step}
     if inp.local_tflops and inp.ref_tflops:
         ratio = inp.local_tflops / inp.ref_tflops
@@ -99,14 +126,13 @@ def bucket_exposed(inp: Inputs, n: int, bucket_bytes: float, backward_share: flo
     backward finishes layer j (from the last) at forward + backward * j /
     layers and the gradients of the layers done so far are ready, so a bucket
     is ready when the layer holding its last byte is done; without, gradients
-    become ready evenly. Each bucket's ring all-reduce starts when it is ready
-    and the previous one is done."""
+    become ready evenly. Each bucket's all-reduce (allreduce_seconds) starts
+    when it is ready and the previous one is done."""
     if n <= 1:
         return 0.0
     grad = 4.0 * inp.params
-    k = max(1, math.ceil(grad / bucket_bytes))
-    a, o, b = inp.alpha_us * 1e-6, inp.overhead_us * 1e-6, inp.beta_ns_per_byte * 1e-9
-    per_bucket = ring_seconds(grad / k, n, inp.alpha_us, inp.overhead_us, inp.beta_ns_per_byte)
+    k = _bucket_count(inp, bucket_bytes)
+    per_bucket = _allreduce(inp, grad / k, n)[0]
     backward = backward_share * inp.compute_s
     forward = inp.compute_s - backward
     finish = 0.0
@@ -196,7 +222,7 @@ def render(result: dict) -> str:
     i = result["inputs"]
     lines = ["mccl plan: data-parallel training on N machines", "", "Assumptions:"]
     lines.append(f"  model: {i['params']:,} parameters, fp32 gradients ({4 * i['params'] / 2**20:.0f} MiB "
-                 f"all-reduced per step by a ring)")
+                 f"all-reduced per step by the algorithm MCCL's cost model chooses: column 'all-reduce')")
     lines.append(f"  one machine: {i['compute_s'] * 1000:.1f} ms per step of {i['batch']} samples "
                  f"({i['batch'] / i['compute_s']:.1f} samples/s)")
     if i.get("bucket_mb"):
@@ -218,7 +244,8 @@ def render(result: dict) -> str:
     for k, v in i.get("sources", {}).items():
         lines.append(f"  source of {k}: {v}")
     lines.append("  not modelled: stragglers, contention with other traffic, optimizer time growing with N")
-    head = f"{'nodes':>6} {'step (ms)':>10} {'comm (ms)':>10} {'exposed':>9} {'samples/s':>11} {'efficiency':>11}"
+    head = (f"{'nodes':>6} {'all-reduce':>12} {'step (ms)':>10} {'comm (ms)':>10} {'exposed':>9} {'samples/s':>11} "
+            f"{'efficiency':>11}")
     extra = "ref_gpu_equivalents" in result["rows"][0]
     if extra:
         head += f" {i['ref_name'] + '-equiv.':>12}"
@@ -226,7 +253,7 @@ def render(result: dict) -> str:
             head += f" {'$/year':>12}"
     lines += ["", head]
     for r in result["rows"]:
-        line = (f"{r['nodes']:>6} {r['step_s'] * 1000:>10.1f} {r['comm_s'] * 1000:>10.1f} "
+        line = (f"{r['nodes']:>6} {r['algorithm']:>12} {r['step_s'] * 1000:>10.1f} {r['comm_s'] * 1000:>10.1f} "
                 f"{r['exposed_s'] * 1000:>9.1f} {r['samples_per_s']:>11.1f} {100 * r['efficiency']:>10.1f}%")
         if extra:
             line += f" {r['ref_gpu_equivalents']:>12.1f}"

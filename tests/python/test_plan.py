@@ -32,6 +32,31 @@ def test_ring_allreduce_time_matches_the_formula():
     assert plan.comm_seconds(inp, 1) == 0.0
 
 
+def test_allreduce_term_is_the_algorithm_mccl_chooses(monkeypatch):
+    monkeypatch.delenv("MCCL_ALGO", raising=False)
+    bucket = 25 * 2**20
+    # The 1 Gbit/s lab up to 48 hosts: the ring, priced by the ring's formula.
+    for n in (6, 24, 48):
+        t, name = plan.allreduce_seconds(bucket, n, 30.0, 10.0, 8.45)
+        assert name == "ring" and t == pytest.approx(plan.ring_seconds(bucket, n, 30.0, 10.0, 8.45))
+    # 200 Macs on 10 GbE, 50 us a message: the ring's 398 steps cost 20 ms of
+    # latency per bucket, the two-dimensional all-reduce's 56 steps 2.8 ms.
+    t, name = plan.allreduce_seconds(bucket, 200, 50.0, 10.0, 0.851)
+    ring = plan.ring_seconds(bucket, 200, 50.0, 10.0, 0.851)
+    assert name == "torus" and t < 0.8 * ring
+    # A prime number of machines has no grid.
+    assert plan.allreduce_seconds(bucket, 199, 50.0, 10.0, 0.851)[1] == "ring"
+    # The projection names it and gains from it; MCCL_ALGO forces the ring.
+    inp = inputs(bucket_mb=25.0, layers=16, compute_s=1.293, params=113_503_498, batch=256,
+                 beta_ns_per_byte=0.851)
+    auto = plan.project(inp, 200)
+    monkeypatch.setenv("MCCL_ALGO", "allreduce=ring")
+    forced = plan.project(inp, 200)
+    assert (auto["algorithm"], forced["algorithm"]) == ("torus", "ring")
+    assert auto["efficiency"] > forced["efficiency"] + 0.1
+    assert "torus" in plan.render({"inputs": plan.asdict(inp), "rows": [auto]})
+
+
 def test_projection_efficiency_and_costs():
     inp = inputs(local_tflops=10.0, ref_tflops=20.0, price_per_gpu_hour=2.0, hours_per_night=12)
     rows = plan.plan(inp, [1, 24, 200])["rows"]
