@@ -16,6 +16,10 @@ the algorithm MCCL's cost model chooses; for large buffers the ring, or the
 two-dimensional torus on large fleets where the ring's 2(N-1) steps add up):
 
     comm(N)    = 2(N-1) * (alpha + max(2o, G/N * beta))       (the ring)
+               = 2(b-1) * (alpha + max(2o, G/b * beta))
+                 + 2(a-1) * (alpha + max(2o, G/N * beta)) + tail (the torus, N = a x b)
+
+With --bucket-mb, comm(N) is the buckets' all-reduces one after another.
     exposed(N) = (1 - hidden) * comm(N)
     step(N)    = compute + exposed(N)
     samples/s  = N * batch / step(N);  efficiency = compute / step(N)
@@ -74,8 +78,10 @@ def allreduce_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float
     """MCCL's all-reduce of `nbytes` on n machines: the seconds its cost model
     predicts for the algorithm it chooses there, and that algorithm's name.
     No reduction term (as ring_seconds, which it equals where the ring is
-    chosen); this process's MCCL_ALGO and MCCL_SMALL_BYTES apply."""
-    if n <= 1:
+    chosen), so for small buffers the choice can differ from the library's,
+    which also weighs the reductions; this process's MCCL_ALGO and
+    MCCL_SMALL_BYTES apply."""
+    if n <= 1 or nbytes <= 0:
         return 0.0, "none"
     model = {"alpha_us": alpha_us, "overhead_us": overhead_us, "beta_ns_per_byte": beta_ns_per_byte,
              "gamma_ns_per_byte": 0.0}
@@ -99,9 +105,12 @@ def _bucket_count(inp: Inputs, bucket_bytes: float) -> int:
 def project(inp: Inputs, n: int) -> dict:
     comm, algorithm = _allreduce(inp, 4.0 * inp.params, n)
     if inp.bucket_mb:
+        # The buckets' all-reduces, one after another.
         bucket = inp.bucket_mb * 2**20
+        k = _bucket_count(inp, bucket)
+        per_bucket, algorithm = _allreduce(inp, 4.0 * inp.params / k, n)
+        comm = k * per_bucket
         exposed = bucket_exposed(inp, n, bucket, inp.backward_share, inp.layers)
-        algorithm = _allreduce(inp, 4.0 * inp.params / _bucket_count(inp, bucket), n)[1]
     else:
         exposed = (1.0 - max(0.0, min(1.0, inp.hidden))) * comm
     step = inp.compute_s + exposed

@@ -121,6 +121,36 @@ TEST(Timeout, SilentPeerFailsAtTheOpDeadline) {
   });
 }
 
+// The torus serves its flows by waiting for any transfer: a timeout still
+// names the transfer it expected first. On a 2 x 2 grid rank 3 never joins;
+// rank 1 (row {0, 1}, column {1, 3}) finishes its row's reduce-scatter and
+// then waits for its column's, from rank 3. The other ranks wait longer so
+// rank 1's own deadline fires first.
+TEST(Timeout, TorusNamesTheTransferItWaitsFor) {
+  runRanks(4, [&](Communicator& comm) {
+    if (comm.rank() == 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      return;
+    }
+    std::vector<float> b(4096, 1.0f);
+    AllreduceOptions o;
+    o.buf = b.data();
+    o.count = b.size();
+    o.dtype = DataType::kFloat32;
+    o.timeout = std::chrono::milliseconds(comm.rank() == 1 ? 300 : 2000);
+    try {
+      allreduce(comm, o)->wait();
+      ADD_FAILURE() << "expected a failure";
+    } catch (const Error& e) {
+      if (comm.rank() != 1) return;
+      std::string m = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << m;
+      EXPECT_NE(m.find("waiting for the receive of allreduce"), std::string::npos) << m;
+      EXPECT_NE(m.find("from rank 3"), std::string::npos) << m;
+    }
+  }, [](CommConfig& c) { c.algo = "allreduce=torus"; });
+}
+
 TEST(Timeout, QueueTimeDoesNotCount) {
   // Rank 0 submits A and B at once, one op on the wire at a time, each with
   // a 1 s timeout. Rank 1 joins A at 0.6 s and B at 1.3 s: B waits 0.6 s in

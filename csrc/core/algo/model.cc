@@ -208,23 +208,23 @@ int torusRows(int n) {
 bool hasTorusGrid(int n) { return torusRows(n) > 1; }
 
 // Reduce-scatter along a row of b (steps of x/b), all-reduce down a column
-// of a (steps of x/n each way), all-gather along the row. The phases follow
-// each other and a line starts a phase only once its members ended the last
-// one, so the ranks' drift within a phase is paid at each boundary (three on
-// a grid, one on a prime), in proportion to the data: on the VM's 6-host lab
-// (1 Gbit/s, CUBIC, the ring against the torus interleaved) the torus took
-// 0.7 % longer at 4 MiB, 1.4 % at 16 MiB and 0.8-2.1 % at 64 MiB. Each
-// boundary is charged kTorusSkewPerBoundary of the ring's wire time, which
-// keeps the ring wherever its extra 2(n-1) - 2(a-1) - 2(b-1) steps cost less.
-double allreduceTorusSeconds(const CostModel& m, size_t bytes, int n, size_t) {
+// of a (steps of x/n each way), all-gather along the row. The phases overlap
+// chunk by chunk, but when the row's blocks span several chunks the last
+// one still crosses its column and the row after the others are done: that
+// tail is charged (1 - 1/chunks) of a chunk's wire time, up to one chunk. On
+// the VM's 6-host lab (1 Gbit/s, CUBIC, interleaved with the ring; docs/data/
+// torus_large_n6_vm.json) the torus took 0-0.4 chunk times longer than the
+// ring from 4 to 64 MiB. With one chunk per block nothing is charged: there
+// the steps are the whole cost (48 hosts, 256 KiB: 4.31 ms measured, 4.30
+// predicted by the lab's fitted model).
+double allreduceTorusSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes) {
   if (n <= 1) return 0.0;
   const int a = torusRows(n), b = n / a;
-  const double x = static_cast<double>(bytes);
-  const double wire = 2.0 * x * (n - 1) / n * m.betaNsPerByte * 1e-9;
-  const int boundaries = a > 1 ? 3 : 1;
-  return (b - 1) * (stepSeconds(m, x / b, 1) + stepSeconds(m, x / b, 0)) +
-         (a - 1) * (stepSeconds(m, x / n, 1) + stepSeconds(m, x / n, 0)) +
-         boundaries * kTorusSkewPerBoundary * wire;
+  const double x = static_cast<double>(bytes), block = x / b;
+  const double chunks = std::max(1.0, std::ceil(block / static_cast<double>(std::max<size_t>(chunkBytes, 1))));
+  const double tail = (1.0 - 1.0 / chunks) * (block / chunks) * m.betaNsPerByte * 1e-9;
+  return (b - 1) * (stepSeconds(m, block, 1) + stepSeconds(m, block, 0)) +
+         (a - 1) * (stepSeconds(m, x / n, 1) + stepSeconds(m, x / n, 0)) + tail;
 }
 
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes) {

@@ -50,8 +50,6 @@ double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, siz
 // on a prime n, where it is the ring's reduce-scatter and all-gather).
 int torusRows(int n);
 bool hasTorusGrid(int n);  // torusRows(n) > 1
-// Share of the ring's wire time charged per phase boundary (model.cc).
-constexpr double kTorusSkewPerBoundary = 0.007;
 double allreduceTorusSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double broadcastBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);

@@ -60,11 +60,28 @@ bool OpContext::suspendOn(Transfer* t, std::coroutine_handle<> h) {
   return true;  // whoever clears awaiting_ resumes us (possibly already has)
 }
 
-void OpContext::afterWait(const Transfer& t) {
+bool OpContext::suspendOnProgress(Transfer* next, uint64_t seen, std::coroutine_handle<> h) {
+  suspended_ = h;
+  any_.next = next;
+  awaiting_.store(&any_);
+  // transferFinished counts before it looks at awaiting_: one of the two
+  // sees the other.
+  if (finished_.load() != seen || failed_.load()) {
+    Transfer* expected = &any_;
+    if (awaiting_.compare_exchange_strong(expected, nullptr)) return false;
+  }
+  return true;
+}
+
+void OpContext::throwIfFailed() {
   if (failed_.load()) {
     std::lock_guard<std::mutex> lock(mu_);
     throw *failure_;
   }
+}
+
+void OpContext::afterWait(const Transfer& t) {
+  throwIfFailed();
   if (t.error() != nullptr) {
     // Report the root cause, not the symptom ("connection is closing").
     if (comm_.poisoned()) throw comm_.poisonError();
@@ -108,8 +125,14 @@ void OpContext::transferFinished(Transfer& t) {
   // different one (a send whose connection was refused while the body waits
   // for a receive from the same peer): fail it now, not at its timeout.
   if (t.error() != nullptr) fail(comm_.poisoned() ? comm_.poisonError() : *t.error());
+  finished_.fetch_add(1);
   Transfer* expected = &t;
-  if (awaiting_.compare_exchange_strong(expected, nullptr)) suspended_.resume();
+  if (awaiting_.compare_exchange_strong(expected, nullptr)) {
+    suspended_.resume();
+  } else {
+    expected = &any_;
+    if (awaiting_.compare_exchange_strong(expected, nullptr)) suspended_.resume();
+  }
   if (outstanding_.fetch_sub(1) == 1) maybeComplete();
 }
 

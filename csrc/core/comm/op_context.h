@@ -64,6 +64,25 @@ class OpContext {
     for (const auto& t : transfers) co_await wait(t);
   }
 
+  // For algorithms that serve several flows at once: read finished() before
+  // looking at which transfers are done; when none is, co_await
+  // ctx.waitProgress(seen, next) resumes once any transfer of this op
+  // finished after that read (at once if one did meanwhile). `next` is the
+  // transfer expected first: a timeout names it. The finished transfer's
+  // own error is raised by the wait() that takes it.
+  uint64_t finished() const { return finished_.load(); }
+  struct ProgressAwaiter {
+    OpContext& op;
+    std::shared_ptr<Transfer> next;
+    uint64_t seen;
+    bool await_ready() const { return op.finished_.load() != seen || op.failed_.load(); }
+    bool await_suspend(std::coroutine_handle<> h) { return op.suspendOnProgress(next.get(), seen, h); }
+    void await_resume() { op.throwIfFailed(); }
+  };
+  ProgressAwaiter waitProgress(uint64_t seen, std::shared_ptr<Transfer> next) {
+    return ProgressAwaiter{*this, std::move(next), seen};
+  }
+
   // Scratch memory from the communicator's pool, returned when dropped.
   Scratch scratch(size_t bytes) { return comm_.scratch(bytes); }
 
@@ -87,8 +106,22 @@ class OpContext {
 
  private:
   friend struct Awaiter;
+  friend struct ProgressAwaiter;
   bool suspendOn(Transfer* t, std::coroutine_handle<> h);
+  bool suspendOnProgress(Transfer* next, uint64_t seen, std::coroutine_handle<> h);
   void afterWait(const Transfer& t);
+  void throwIfFailed();
+
+  // What awaiting_ holds while the body waits for any transfer: it stands
+  // for the transfer expected first (describe(), peerRank()).
+  class AnyTransfer : public Transfer {
+   public:
+    std::string describe() const override {
+      return next != nullptr ? next->describe() : std::string("its next transfer");
+    }
+    int peerRank() const override { return next != nullptr ? next->peerRank() : -1; }
+    Transfer* next = nullptr;
+  };
   void bodyDone(std::exception_ptr error);
   void maybeComplete();
 
@@ -108,6 +141,8 @@ class OpContext {
   std::exception_ptr bodyError_;
   Clock::time_point bodyEnd_{};
 
+  AnyTransfer any_;
+  std::atomic<uint64_t> finished_{0};  // transfers finished so far
   std::atomic<int> outstanding_{0};  // posted transfers not yet finished
   std::atomic<bool> bodyDone_{false};
   std::atomic<bool> completed_{false};
