@@ -57,7 +57,8 @@ TEST(CostModel, LatencyAlgorithmsForSmallBandwidthForLarge) {
 
 // Medium buffers on groups of a power of two: recursive halving and
 // doubling (log2 n steps each way, the ring's bytes) where each rank's share
-// is small; the ring beyond, and on other group sizes unless forced.
+// is small; the ring or the torus beyond, and on other group sizes unless
+// forced.
 TEST(CostModel, RabenseifnerForMediumBuffersOnLargerGroups) {
   CommConfig c;
   CostModel m;  // built-in

@@ -67,11 +67,11 @@ struct Algorithm {
   // group of n ranks whose share of the buffer (bytes / n) is `share`, with
   // MCCL_SMALL_BYTES `small`. Rabenseifner's: on powers of two while the
   // share is small (elsewhere a fold moves the whole buffer twice more,
-  // which only a model tuned on the fleet weighs right; beyond, the ring's
-  // chunked pipeline, measured at the links' rate up to 48 hosts, stays the
-  // choice). The torus: on grids, at small shares only where the group is
-  // not a power of two (Rabenseifner's takes fewer steps there), at larger
-  // ones on every grid, where the model charges its phase boundaries
+  // which only a model tuned on the fleet weighs right; beyond, the chunked
+  // pipelines of the ring and the torus, measured at the links' rate, are
+  // the choice). The torus: on grids, at small shares only where the group
+  // is not a power of two (Rabenseifner's takes fewer steps there), at
+  // larger ones on every grid, where the model charges its pipeline's tail
   // against the ring's 2(n-1) steps. Null: always a candidate.
   bool (*candidateOn)(int n, size_t share, size_t small) = nullptr;
 };
