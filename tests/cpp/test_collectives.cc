@@ -262,6 +262,24 @@ TEST(Allreduce, TorusPipelinedOnGrids) {
     }, std::chrono::seconds(300));
   }
 }
+// Grids of 4 and 5 rows with 25 chunks per row block: chunks of one rank's
+// block cross its column (3-4 steps each way) and its row while the row's
+// reduce-scatter still works on later ones. Exact against the references,
+// and float32 sums whose value depends on the order bit-identical.
+TEST(Allreduce, TorusOverlapsOnTallGrids) {
+  for (int n : {16, 20, 25}) {
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    runRanks(n, [&](Communicator& comm) {
+      checkAllreduce(comm, DataType::kInt64, ReduceOp::kSum, 100003, 1);
+      checkAllreduce(comm, DataType::kFloat32, ReduceOp::kAvg, 100003, 2);
+      got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 100003);
+    }, [&](CommConfig& cfg) {
+      cfg.algo = "allreduce=torus";
+      cfg.chunkBytes = 4096;
+    }, std::chrono::seconds(300));
+    expectBitIdentical(got);
+  }
+}
 #if defined(__linux__)
 // Every connection with its congestion control chosen (MCCL_TCP_CONGESTION).
 TEST(Allreduce, OverConnectionsWithChosenCongestionControl) {
