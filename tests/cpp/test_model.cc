@@ -156,7 +156,9 @@ TEST(CostModel, TorusForLargeBuffersOnLargeFleets) {
     EXPECT_EQ(algo::choose(c, tenGbE, OpKind::kAllreduce, 64 << 20), Algo::kTorus) << n;
     const double ring = algo::allreduceRingSeconds(tenGbE, 25 << 20, n, 1 << 20);
     const double torus = algo::allreduceTorusSeconds(tenGbE, 25 << 20, n, 1 << 20);
-    if (n >= 100) EXPECT_LT(torus, ring * (n >= 200 ? 0.8 : 0.9)) << n;
+    if (n >= 100) {
+      EXPECT_LT(torus, ring * (n >= 200 ? 0.8 : 0.9)) << n;
+    }
   }
   // The tail: a chunk's wire time at most, nothing with one chunk per block.
   const CostModel wire{.alphaUs = 0.0, .overheadUs = 0.0, .betaNsPerByte = 1.0, .gammaNsPerByte = 0.0};

@@ -222,11 +222,11 @@ Task allreduceTorus(OpContext& ctx, AllreduceOptions o) {
     }
   };
 
-  // Serve the four flows in order of what is done; wait for any transfer
+  // Serve the four flows in order of what is done; wait for any receive
   // when none is (the row's reduce-scatter feeds the others, so its next
   // item is named first on a timeout).
   for (;;) {
-    const uint64_t seen = ctx.finished();
+    const uint64_t seen = ctx.received();
     bool progressed = false;
     while (iRs < rsItems && rs[iRs]->done()) {
       co_await ctx.wait(rs[iRs]);

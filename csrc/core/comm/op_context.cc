@@ -50,12 +50,12 @@ void OpContext::start(Task body) {
 
 bool OpContext::suspendOn(Transfer* t, std::coroutine_handle<> h) {
   suspended_ = h;
-  awaiting_.store(t);
+  awaiting_.store(bits(t));
   if (t->done() || failed_.load()) {
     // It finished (or the op failed) meanwhile: take the resumption back,
     // unless the thread that finished it already took it.
-    Transfer* expected = t;
-    if (awaiting_.compare_exchange_strong(expected, nullptr)) return false;
+    uintptr_t expected = bits(t);
+    if (awaiting_.compare_exchange_strong(expected, 0)) return false;
   }
   return true;  // whoever clears awaiting_ resumes us (possibly already has)
 }
@@ -63,12 +63,14 @@ bool OpContext::suspendOn(Transfer* t, std::coroutine_handle<> h) {
 bool OpContext::suspendOnProgress(Transfer* next, uint64_t seen, std::coroutine_handle<> h) {
   suspended_ = h;
   any_.next = next;
-  awaiting_.store(&any_);
-  // transferFinished counts before it looks at awaiting_: one of the two
-  // sees the other.
-  if (finished_.load() != seen || failed_.load()) {
-    Transfer* expected = &any_;
-    if (awaiting_.compare_exchange_strong(expected, nullptr)) return false;
+  const uintptr_t token = static_cast<uintptr_t>(++progressWaits_) << 1 | 1;
+  awaiting_.store(token);
+  // transferFinished counts a receive before it looks at awaiting_: one of
+  // the two sees the other. Only this wait's token is taken back: a thread
+  // that woke an earlier wait cannot resume this one from here.
+  if (received_.load() != seen || failed_.load()) {
+    uintptr_t expected = token;
+    if (awaiting_.compare_exchange_strong(expected, 0)) return false;
   }
   return true;
 }
@@ -96,13 +98,14 @@ void OpContext::fail(const Error& e) {
     failure_ = std::make_unique<Error>(e);
   }
   failed_.store(true);
-  if (awaiting_.exchange(nullptr) != nullptr) suspended_.resume();
+  if (awaiting_.exchange(0) != 0) suspended_.resume();
 }
 
 bool OpContext::timeOut() {
   // Claim the waiting coroutine first: while we hold the claim it cannot
   // resume, so the transfer it waits for stays alive for describe().
-  Transfer* t = awaiting_.exchange(nullptr);
+  const uintptr_t w = awaiting_.exchange(0);
+  Transfer* t = w == 0 ? nullptr : (w & 1) != 0 ? &any_ : reinterpret_cast<Transfer*>(w);
   std::string what = t != nullptr ? t->describe() : std::string("its next transfer");
   int peer = t != nullptr ? t->peerRank() : -1;
   Error e(ErrorKind::kTimeout,
@@ -125,13 +128,12 @@ void OpContext::transferFinished(Transfer& t) {
   // different one (a send whose connection was refused while the body waits
   // for a receive from the same peer): fail it now, not at its timeout.
   if (t.error() != nullptr) fail(comm_.poisoned() ? comm_.poisonError() : *t.error());
-  finished_.fetch_add(1);
-  Transfer* expected = &t;
-  if (awaiting_.compare_exchange_strong(expected, nullptr)) {
+  if (t.isReceive()) received_.fetch_add(1);
+  uintptr_t expected = bits(&t);
+  if (awaiting_.compare_exchange_strong(expected, 0)) {
     suspended_.resume();
-  } else {
-    expected = &any_;
-    if (awaiting_.compare_exchange_strong(expected, nullptr)) suspended_.resume();
+  } else if (t.isReceive() && (expected & 1) != 0 && awaiting_.compare_exchange_strong(expected, 0)) {
+    suspended_.resume();  // a progress wait (expected holds its token)
   }
   if (outstanding_.fetch_sub(1) == 1) maybeComplete();
 }

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <coroutine>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -64,18 +65,21 @@ class OpContext {
     for (const auto& t : transfers) co_await wait(t);
   }
 
-  // For algorithms that serve several flows at once: read finished() before
-  // looking at which transfers are done; when none is, co_await
-  // ctx.waitProgress(seen, next) resumes once any transfer of this op
-  // finished after that read (at once if one did meanwhile). `next` is the
-  // transfer expected first: a timeout names it. The finished transfer's
-  // own error is raised by the wait() that takes it.
-  uint64_t finished() const { return finished_.load(); }
+  // For algorithms that serve several flows of receives at once: read
+  // received() before looking at which receives are done; when none is,
+  // co_await ctx.waitProgress(seen, next) resumes once a receive of this op
+  // finished after that read (at once if one did meanwhile), or the op
+  // failed. It may also resume without one (a receive counted after the
+  // read but seen done by the scan): callers scan again. `next` is the
+  // transfer expected first: a timeout names it. A finished receive's own
+  // error is raised by the wait() that takes it. Each wait has its own
+  // token, so it may be called from nested Tasks and from several places.
+  uint64_t received() const { return received_.load(); }
   struct ProgressAwaiter {
     OpContext& op;
     std::shared_ptr<Transfer> next;
     uint64_t seen;
-    bool await_ready() const { return op.finished_.load() != seen || op.failed_.load(); }
+    bool await_ready() const { return op.received_.load() != seen || op.failed_.load(); }
     bool await_suspend(std::coroutine_handle<> h) { return op.suspendOnProgress(next.get(), seen, h); }
     void await_resume() { op.throwIfFailed(); }
   };
@@ -112,8 +116,8 @@ class OpContext {
   void afterWait(const Transfer& t);
   void throwIfFailed();
 
-  // What awaiting_ holds while the body waits for any transfer: it stands
-  // for the transfer expected first (describe(), peerRank()).
+  // What a timeout describes while the body waits for progress: the
+  // transfer expected first (describe(), peerRank()).
   class AnyTransfer : public Transfer {
    public:
     std::string describe() const override {
@@ -134,7 +138,11 @@ class OpContext {
   Task body_;
 
   std::coroutine_handle<> suspended_;
-  std::atomic<Transfer*> awaiting_{nullptr};
+  // What the suspended body waits for: a Transfer* (low bit 0), a progress
+  // wait's own token (odd: waits number << 1 | 1), or 0 when it is not
+  // suspended or its resumption was claimed.
+  std::atomic<uintptr_t> awaiting_{0};
+  static uintptr_t bits(const Transfer* t) { return reinterpret_cast<uintptr_t>(t); }
   std::atomic<bool> failed_{false};
   mutable std::mutex mu_;
   std::unique_ptr<Error> failure_;  // raised at the next wait
@@ -142,7 +150,8 @@ class OpContext {
   Clock::time_point bodyEnd_{};
 
   AnyTransfer any_;
-  std::atomic<uint64_t> finished_{0};  // transfers finished so far
+  uint64_t progressWaits_ = 0;  // the body's thread only
+  std::atomic<uint64_t> received_{0};  // receives finished so far
   std::atomic<int> outstanding_{0};  // posted transfers not yet finished
   std::atomic<bool> bodyDone_{false};
   std::atomic<bool> completed_{false};

@@ -40,6 +40,7 @@ class Transfer {
   virtual std::string describe() const = 0;
   // The peer of this transfer, or -1 for a receive from any rank not yet matched.
   virtual int peerRank() const = 0;
+  virtual bool isReceive() const { return false; }
 
   // The collective op that posted it (it outlives its transfers), or null.
   OpContext* op = nullptr;
@@ -86,6 +87,7 @@ class RecvRequest : public Transfer {
       : key(key), dst(static_cast<uint8_t*>(dst)), bytes(bytes), sig(sig) {}
   std::string describe() const override;
   int peerRank() const override { return anySource && !matched ? -1 : static_cast<int>(key.src); }
+  bool isReceive() const override { return true; }
 
   MsgKey key;  // for an any-source receive, src is set when it matches
   uint8_t* const dst;
