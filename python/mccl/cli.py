@@ -110,7 +110,7 @@ def _plan(a) -> int:
             print(f"mccl plan --validate-collectives: {e}", file=sys.stderr)
             return 2
         print(json.dumps(rows, indent=1) if a.json else
-              f"mccl plan --validate-collectives: the ring all-reduce term, alpha {alpha:g} us, o {over:g} us, "
+              f"mccl plan --validate-collectives: the all-reduce term of the algorithm each row records (the ring where none), alpha {alpha:g} us, o {over:g} us, "
               f"{a.backend}'s all_reduce of at least {a.min_bytes} bytes\n"
               + plan.render_collective_validation(rows))
         return 0

@@ -180,11 +180,12 @@ def validate(scaling: dict, alpha_us: float, overhead_us: float, beta_ns_per_byt
 def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: float,
                          beta_ns_per_byte: float | None, min_bytes: int = 1 << 20,
                          backend: str = "mccl") -> list[dict]:
-    """The plan's ring all-reduce (the term every step's communication is
-    made of) against measured all_reduce times: every all_reduce row of at
-    least `min_bytes` in each ``mccl-bench --json`` file of `runs` (name ->
-    its JSON). The links' rate is the file's measured goodput where it has
-    one, else `beta_ns_per_byte`."""
+    """The plan's all-reduce term (what every step's communication is made
+    of) against measured all_reduce times: every all_reduce row of at least
+    `min_bytes` in each ``mccl-bench --json`` file of `runs` (name -> its
+    JSON), priced for the algorithm the row records MCCL ran (files from
+    before mccl-bench recorded it: the ring). The links' rate is the file's
+    measured goodput where it has one, else `beta_ns_per_byte`."""
     rows = []
     for name, run in runs.items():
         for r in run.get("results", []):
@@ -196,8 +197,14 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
                 raise ValueError(f"{name} has no measured goodput: give the links' rate")
             n = int(r.get("world") or run["meta"]["world"])
             measured = r[backend]["time_us"] * 1e-6
-            predicted = ring_seconds(r["bytes"], n, alpha_us, overhead_us, beta)
-            rows.append({"file": name, "world": n, "bytes": r["bytes"], "measured_s": measured,
+            algorithm = str(r[backend].get("algorithm", "ring")).split(" ")[0]
+            if algorithm == "ring":
+                predicted = ring_seconds(r["bytes"], n, alpha_us, overhead_us, beta)
+            else:
+                model = {"alpha_us": alpha_us, "overhead_us": overhead_us, "beta_ns_per_byte": beta,
+                         "gamma_ns_per_byte": 0.0}
+                predicted = _C.predict_seconds("allreduce", algorithm, r["bytes"], n, model)
+            rows.append({"file": name, "world": n, "bytes": r["bytes"], "algorithm": algorithm, "measured_s": measured,
                          "predicted_s": predicted, "error": predicted / measured - 1,
                          "goodput_GBps": 1.0 / beta, "goodput_measured": bool(goodput)})
     if not rows:
@@ -206,10 +213,10 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
 
 
 def render_collective_validation(rows: list[dict]) -> str:
-    lines = [f"{'N':>3} {'size':>8} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>7}  goodput"]
+    lines = [f"{'N':>3} {'size':>8} {'algorithm':>10} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>7}  goodput"]
     for r in rows:
         size = f"{r['bytes'] / 2**20:g} MiB"
-        lines.append(f"{r['world']:>3} {size:>8} {r['measured_s'] * 1000:>14.1f} {r['predicted_s'] * 1000:>15.1f} "
+        lines.append(f"{r['world']:>3} {size:>8} {r.get('algorithm', 'ring'):>10} {r['measured_s'] * 1000:>14.1f} {r['predicted_s'] * 1000:>15.1f} "
                      f"{100 * r['error']:>+6.1f}%  {r['goodput_GBps']:.4f} GB/s "
                      f"({'measured' if r['goodput_measured'] else 'given'}; {r['file']})")
     return "\n".join(lines)

@@ -39,6 +39,17 @@ def test_collective_sweep_json_and_table(tmp_path):
     for r in rows:
         for b in ("mccl", "gloo"):
             assert r[b]["time_us"] > 0 and r[b]["busbw_GBps"] >= 0, r
+    # The algorithm MCCL ran, where it is chosen by size, in the JSON and the table.
+    allreduce = {"ring", "recursive_doubling", "direct", "bruck", "recursive_multiplying", "rabenseifner", "torus"}
+    for r in rows:
+        algo = r["mccl"].get("algorithm")
+        if r["op"] == "all_reduce":
+            assert algo and algo.split(" ")[0] in allreduce, r
+        elif r["op"] in ("broadcast", "reduce"):
+            assert algo in ("binomial", "chain"), r
+        else:
+            assert algo is None, r
+    assert "mccl algorithm" in text and f"  {rows[0]['mccl']['algorithm']}" in text, text
     # Start-up and per-rank resources, mccl beside Gloo.
     st = data["meta"]["startup"]
     for k in ("mccl_init_s", "mccl_first_allreduce_s", "mccl_new_group_s", "gloo_new_group_s"):

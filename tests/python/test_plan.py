@@ -265,13 +265,32 @@ def test_ring_term_against_the_recorded_lab_runs():
         plan.validate_collectives({"n48": runs["scale_n48_h200.json"]}, 30.0, 10.0, None)
 
 
+def test_validate_collectives_prices_the_algorithm_that_ran():
+    # A row that records the torus is priced as the torus; rows without a
+    # record (files from before mccl-bench wrote it) as the ring.
+    from mccl import _C
+    row = {"op": "all_reduce", "bytes": 64 << 20, "world": 24, "goodput_GBps": 0.1184,
+           "mccl": {"time_us": 1.1e6, "algorithm": "torus"}}
+    old = {"op": "all_reduce", "bytes": 64 << 20, "world": 24, "goodput_GBps": 0.1184, "mccl": {"time_us": 1.1e6}}
+    runs = {"new": {"meta": {"world": 24}, "results": [row]}, "old": {"meta": {"world": 24}, "results": [old]}}
+    rows = {r["file"]: r for r in plan.validate_collectives(runs, 30.0, 10.0, None)}
+    beta = 1 / 0.1184
+    model = {"alpha_us": 30.0, "overhead_us": 10.0, "beta_ns_per_byte": beta, "gamma_ns_per_byte": 0.0}
+    assert rows["new"]["algorithm"] == "torus"
+    assert rows["new"]["predicted_s"] == pytest.approx(_C.predict_seconds("allreduce", "torus", 64 << 20, 24, model))
+    assert rows["old"]["algorithm"] == "ring"
+    assert rows["old"]["predicted_s"] == pytest.approx(plan.ring_seconds(64 << 20, 24, 30.0, 10.0, beta))
+    assert rows["new"]["predicted_s"] != pytest.approx(rows["old"]["predicted_s"], rel=1e-6)
+    assert "torus" in plan.render_collective_validation(list(rows.values()))
+
+
 def test_validate_collectives_cli(tmp_path):
     from pathlib import Path
     f = Path(__file__).resolve().parents[2] / "docs" / "data" / "scale_n24_h200.json"
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate-collectives", str(f),
                         "--link-gbit", "0.948", "--alpha-us", "30"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert " 24   64 MiB         1098.6" in p.stdout and "-1.1%" in p.stdout, p.stdout
+    assert " 24   64 MiB       ring         1098.6" in p.stdout and "-1.1%" in p.stdout, p.stdout
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate-collectives", str(f)],
                        capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HOME": str(tmp_path)})
     assert p.returncode == 2 and "no measured goodput" in p.stderr, p.stdout + p.stderr

@@ -96,6 +96,24 @@ def _group_with(var: str, value: str):
             os.environ[var] = before
 
 
+# The core's names of the collectives whose algorithm is chosen per buffer.
+_CORE_OP = {"all_reduce": "allreduce", "broadcast": "broadcast", "reduce": "reduce"}
+
+
+def _mccl_algorithm(op: str, nbytes: int, world: int) -> str | None:
+    """What the world group runs for `op` on `nbytes`: the choice of its
+    agreed cost model under this process's MCCL_* settings (MCCL_ALGO
+    included), or None for ops without a choice by size."""
+    if op not in _CORE_OP:
+        return None
+    from .. import _C
+    try:
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        return _C.chosen_algorithm(_CORE_OP[op], nbytes, world, _C.cost_model(backend))
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
 def run(args) -> list[dict]:
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {"mccl": dist.group.WORLD}
@@ -152,6 +170,9 @@ def run(args) -> list[dict]:
             algbw = size / t / 1e9
             row[name] = {"time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * BUSBW[op](world),
                          "rounds_us": [x * 1e6 for x in times[name]], "iters": runners[name + ":iters"]}
+        algorithm = _mccl_algorithm(op, size, world)
+        if algorithm:
+            row["mccl"]["algorithm"] = algorithm
         records.append(row)
         if rank == 0:
             _row(row, list(groups))
@@ -197,7 +218,8 @@ def _header(op: str, names: list[str], goodput: float | None = None):
     w = max([15] + [len(n) + 9 for n in names])
     cols = "".join(f" {n + ' time(us)':>{w}} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}{pct}" for n in names)
     ratio = "".join(f" {label:>14}" for label, _, _ in _ratios(names))
-    print(f"\n## {op}\n{'size':>10}{cols}{ratio}", flush=True)
+    algo = "  mccl algorithm" if op in _CORE_OP else ""
+    print(f"\n## {op}\n{'size':>10}{cols}{ratio}{algo}", flush=True)
 
 
 def _row(row: dict, names: list[str]):
@@ -208,4 +230,5 @@ def _row(row: dict, names: list[str]):
                    for n in names)
     ratio = "".join(f" {row[a]['busbw_GBps'] / max(row[b]['busbw_GBps'], 1e-12):>13.3f}x"
                     for _, a, b in _ratios(names))
-    print(f"{fmt_size(row['bytes']):>10}{cols}{ratio}", flush=True)
+    algo = f"  {row['mccl']['algorithm']}" if "algorithm" in row.get("mccl", {}) else ""
+    print(f"{fmt_size(row['bytes']):>10}{cols}{ratio}{algo}", flush=True)
