@@ -1,11 +1,13 @@
 #include "backend.h"
 
 #include <ATen/ATen.h>
+#include <stdexcept>
 #include <c10/util/Exception.h>
 
 #include "algo/collectives.h"
 #include "args.h"
 #include "callbacks.h"
+#include "util/error.h"
 #include "util/params.h"
 #include "store_bridge.h"
 #include "work.h"
@@ -119,15 +121,37 @@ bool ProcessGroupMCCL::inPieces(const at::Tensor& t) const {
   return piece > 0 && t.nbytes() >= 2 * piece;
 }
 
-template <typename MakeOp>
-WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* title,
-                                      const std::string& who, MakeOp&& makeOp) {
+std::string ProcessGroupMCCL::algorithmFor(const std::string& op, const at::Tensor& t) const {
+  const OpKind kind = op == "all_reduce" ? OpKind::kAllreduce
+                      : op == "broadcast" ? OpKind::kBroadcast
+                      : op == "reduce"    ? OpKind::kReduce
+                                          : throw std::invalid_argument(
+                                                "algorithm_for: '" + op + "' is not all_reduce, broadcast or reduce");
+  size_t per = 1;
+  const DataType dt = coreDtype(t.scalar_type(), "algorithm_for", &per);
+  const size_t numel = static_cast<size_t>(t.numel());
+  auto name = [&](size_t elements) { return mccl::algorithmFor(*comm_, kind, dt, ReduceOp::kSum, elements * per); };
+  if (kind != OpKind::kAllreduce || !inPieces(t)) return name(numel);
+  const size_t piece = piecesOf(t);  // as runInPieces cuts them
+  const size_t pieces = (numel + piece - 1) / piece, last = numel - (pieces - 1) * piece;
+  const std::string first = name(piece), end = name(last);
+  if (first == end) return strCat(first, " in ", pieces, " pieces");
+  return strCat(first, " in ", pieces - 1, " pieces and ", end, " for the last");
+}
+
+size_t ProcessGroupMCCL::piecesOf(const at::Tensor& t) const {
   // Whole groups of 256 elements per piece, so that the int8 wire's groups
   // (counted from each op's first element) fall where they would in one op.
   constexpr int64_t kGroup = 256;
-  const int64_t per = std::max<int64_t>(
+  return static_cast<size_t>(std::max<int64_t>(
       kGroup, static_cast<int64_t>(comm_->config().pieceBytes) / static_cast<int64_t>(t.element_size()) /
-                  kGroup * kGroup);
+                  kGroup * kGroup));
+}
+
+template <typename MakeOp>
+WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* title,
+                                      const std::string& who, MakeOp&& makeOp) {
+  const auto per = static_cast<int64_t>(piecesOf(t));
   // A strided tensor: the pieces are of a contiguous copy (made on the
   // caller's stream), copied back into `t` once every piece is done.
   at::Tensor c = t.is_contiguous() ? t : t.contiguous();

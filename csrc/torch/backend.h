@@ -125,6 +125,10 @@ class ProcessGroupMCCL : public c10d::Backend {
 
   Communicator& comm() { return *comm_; }
   // "host:port" this rank listens on.
+  // What an all_reduce (SUM), broadcast or reduce (SUM) of `t` runs here:
+  // the algorithm (or wire path) the group's model and settings choose,
+  // and, for an all_reduce in pieces, per piece. For mccl-bench.
+  std::string algorithmFor(const std::string& op, const at::Tensor& t) const;
   std::string address() const;
 
  private:
@@ -136,6 +140,8 @@ class ProcessGroupMCCL : public c10d::Backend {
   std::shared_ptr<Work> submit(Staging& st, F&& fn);
   // Whether an all_reduce of `t` runs in pieces (MCCL_PIECE_BYTES).
   bool inPieces(const at::Tensor& t) const;
+  // Elements of `t` per piece (a multiple of 256).
+  size_t piecesOf(const at::Tensor& t) const;
   // Runs the op on consecutive pieces of `t` (contiguous), one core op each
   // (`makeOp(view)` returns the submit body); device pieces are staged and
   // copied back one by one, overlapping the network.

@@ -171,6 +171,10 @@ PYBIND11_MODULE(_C, m) {
       .def("_shutdown", &ProcessGroupMCCL::shutdown, py::call_guard<py::gil_scoped_release>(),
            "stops the group's threads and closes its connections (what torch >= 2.7's "
            "destroy_process_group does through c10d::Backend::shutdown)")
+      .def("_algorithm_for", &ProcessGroupMCCL::algorithmFor, py::arg("op"), py::arg("tensor"),
+           "what an all_reduce (SUM), broadcast or reduce (SUM) of `tensor` runs in this group: "
+           "the algorithm or wire path its model and settings choose ('torus', 'bf16 wire, ring', "
+           "'ring in 16 pieces')")
       .def_property_readonly("address", &ProcessGroupMCCL::address,
                              "host:port this rank listens on")
       .def_property_readonly(

@@ -296,7 +296,8 @@ def parser() -> argparse.ArgumentParser:
                          "mccl-bench scaling --json file from its one-rank run, its DDP bucket size and "
                          "the network (--link-gbit/--alpha-us or --tune), and print the error")
     pl.add_argument("--validate-collectives", nargs="+", metavar="BENCH_JSON",
-                    help="instead of projecting: the plan's ring all-reduce time against every all_reduce "
+                    help="instead of projecting: the plan's all-reduce time (for the algorithm each row "
+                         "records; the ring where none) against every all_reduce "
                          "in these mccl-bench --json files (the links' goodput from each file where it was "
                          "measured, else --link-gbit or --tune), with the error")
     pl.add_argument("--min-bytes", type=int, default=1 << 20,

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -340,6 +341,53 @@ TEST(WireDtype, SettingIsParsedStrictly) {
   b.wireDtype = "fp32";
   EXPECT_NE(b.wireMismatch(a.wireSettings()).find("MCCL_WIRE_DTYPE is 'fp32' on this rank but 'bf16'"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace mccl::test
+
+namespace mccl::test {
+namespace {
+
+// algorithmFor names what the calls run: the wire path where it applies
+// (float SUM/AVG all-reduce from MCCL_WIRE_DTYPE_MIN_BYTES, not when
+// MCCL_ALGO forces one), else the table's choice.
+TEST(WireDtype, AlgorithmForNamesThePathTheCallRuns) {
+  auto names = [](const std::function<void(CommConfig&)>& setup) {
+    std::vector<std::string> got(5);
+    runRanks(3, [&](Communicator& comm) {
+      if (comm.rank() != 0) return;
+      got[0] = algorithmFor(comm, OpKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, 1 << 16);
+      got[1] = algorithmFor(comm, OpKind::kAllreduce, DataType::kInt32, ReduceOp::kSum, 1 << 16);
+      got[2] = algorithmFor(comm, OpKind::kAllreduce, DataType::kFloat32, ReduceOp::kMax, 1 << 16);
+      got[3] = algorithmFor(comm, OpKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, 16);
+      got[4] = algorithmFor(comm, OpKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum, 1 << 20);
+      EXPECT_THROW(algorithmFor(comm, OpKind::kAllgather, DataType::kFloat32, ReduceOp::kSum, 8), Error);
+    }, setup);
+    return got;
+  };
+  auto wire = names([](CommConfig& c) {
+    c.wireDtype = "bf16";
+    c.wireDtypeMinBytes = 1024;
+    c.wireReduce = "ring";
+  });
+  EXPECT_EQ(wire[0], "bf16 wire, ring");
+  EXPECT_EQ(wire[1], "ring");  // integers: the table
+  EXPECT_EQ(wire[2], "ring");  // MAX: the table
+  EXPECT_EQ(wire[3].find("wire"), std::string::npos) << wire[3];  // under MCCL_WIRE_DTYPE_MIN_BYTES
+  EXPECT_TRUE(wire[4] == "chain" || wire[4] == "binomial") << wire[4];
+  auto int8 = names([](CommConfig& c) {
+    c.wireDtype = "int8";
+    c.wireDtypeMinBytes = 0;
+  });
+  EXPECT_EQ(int8[0], "int8 wire, pairwise");
+  auto forced = names([](CommConfig& c) {
+    c.wireDtype = "bf16";
+    c.wireDtypeMinBytes = 0;
+    c.algo = "allreduce=torus,broadcast=chain";
+  });
+  EXPECT_EQ(forced[0], "torus");
+  EXPECT_EQ(forced[4], "chain");
 }
 
 }  // namespace

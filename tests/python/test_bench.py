@@ -49,13 +49,27 @@ def test_collective_sweep_json_and_table(tmp_path):
             assert algo in ("binomial", "chain"), r
         else:
             assert algo is None, r
-    assert "mccl algorithm" in text and f"  {rows[0]['mccl']['algorithm']}" in text, text
+    assert "mccl algorithm" in text, text
     # Start-up and per-rank resources, mccl beside Gloo.
     st = data["meta"]["startup"]
     for k in ("mccl_init_s", "mccl_first_allreduce_s", "mccl_new_group_s", "gloo_new_group_s"):
         assert 0 < st[k] < 60, (k, st)
     assert st["mccl_resources_max"]["threads"] >= 2 and st["mccl_resources_max"]["sockets"] >= 2, st
     assert "# start-up, 3 ranks" in text and "threads" in text, text
+
+
+def test_recorded_algorithm_follows_pieces_wire_and_forcing(tmp_path):
+    # The record is what the group runs: a 64 KiB all_reduce cut into 16 KiB
+    # pieces, the bf16 wire in place of the table's choice, and MCCL_ALGO.
+    def recorded(env):
+        out = tmp_path / "r.json"
+        bench("--nproc", "3", "--ops", "all_reduce", "--sizes", "64K", "--rounds", "1", "--target", "0.005",
+              "--vs", "none", "--json", str(out), env=env)
+        return json.loads(out.read_text())["results"][0]["mccl"]["algorithm"]
+    assert recorded({"MCCL_ALGO": "allreduce=torus"}) == "torus"
+    assert recorded({"MCCL_ALGO": "allreduce=ring", "MCCL_PIECE_BYTES": "16384"}) == "ring in 4 pieces"
+    assert recorded({"MCCL_WIRE_DTYPE": "bf16", "MCCL_WIRE_DTYPE_MIN_BYTES": "0",
+                     "MCCL_WIRE_REDUCE": "pairwise"}) == "bf16 wire, pairwise"
 
 
 def test_wire_dtypes_beside_gloo_and_the_bf16_hook(tmp_path):

@@ -282,6 +282,11 @@ def test_validate_collectives_prices_the_algorithm_that_ran():
     assert rows["old"]["predicted_s"] == pytest.approx(plan.ring_seconds(64 << 20, 24, 30.0, 10.0, beta))
     assert rows["new"]["predicted_s"] != pytest.approx(rows["old"]["predicted_s"], rel=1e-6)
     assert "torus" in plan.render_collective_validation(list(rows.values()))
+    # Pieces are priced as one buffer of their algorithm; wire paths are not modelled.
+    pieces = dict(old, mccl={"time_us": 1.1e6, "algorithm": "ring in 16 pieces"})
+    wire = dict(old, mccl={"time_us": 0.6e6, "algorithm": "bf16 wire, ring"})
+    more = plan.validate_collectives({"p": {"meta": {"world": 24}, "results": [pieces, wire]}}, 30.0, 10.0, None)
+    assert [(r["algorithm"], r["predicted_s"]) for r in more] == [("ring", rows["old"]["predicted_s"])]
 
 
 def test_validate_collectives_cli(tmp_path):

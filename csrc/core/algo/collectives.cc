@@ -5,9 +5,11 @@
 #include <cmath>
 #include <limits>
 
+#include "algo/model.h"
 #include "algo/registry.h"
 #include "algo/select.h"
 #include "comm/op_context.h"
+#include "util/check.h"
 
 namespace mccl {
 namespace {
@@ -149,6 +151,22 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
                    algo::allreducePairwiseInt8);
   }
   return run(comm, sig, bytes, o);
+}
+
+std::string algorithmFor(const Communicator& comm, OpKind op, DataType dtype, ReduceOp rop, size_t count) {
+  MCCL_USAGE_CHECK(op == OpKind::kAllreduce || op == OpKind::kBroadcast || op == OpKind::kReduce,
+                   "algorithmFor: ", opKindName(op), " is not chosen per buffer");
+  const size_t bytes = count * dtypeSize(dtype);
+  kernels::WireDtype w;
+  if (op == OpKind::kAllreduce && wireApplies(comm, op, dtype, rop, bytes, &w)) {
+    if (w == kernels::WireDtype::kInt8) return "int8 wire, pairwise";
+    return strCat(kernels::wireDtypeName(w), " wire, ", wirePairwise(comm) ? "pairwise" : "ring");
+  }
+  const algo::Algorithm& a = chooseAlgorithm(comm.config(), comm.model(), op, bytes);
+  if (op == OpKind::kAllreduce && a.id == Algo::kBruck) {
+    return strCat(a.name, " (radix ", algo::bruckRadix(comm.model(), bytes, comm.size()), ")");
+  }
+  return a.name;
 }
 
 std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -44,6 +45,13 @@ struct AllreduceOptions {
   Timeout timeout{0};
 };
 std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o);
+
+// What `comm` runs for one all-reduce, broadcast or reduce (`op`) of `count`
+// elements of `dtype` reduced with `rop`: the algorithm its agreed model and
+// settings choose ("torus", "bruck (radix 3)"), or the wire-dtype path that
+// replaces it ("bf16 wire, ring"). For benchmarks and tools; the same
+// decision the calls above make.
+std::string algorithmFor(const Communicator& comm, OpKind op, DataType dtype, ReduceOp rop, size_t count);
 
 // `buf` is the root's input and every other rank's output.
 struct BroadcastOptions {

@@ -96,22 +96,19 @@ def _group_with(var: str, value: str):
             os.environ[var] = before
 
 
-# The core's names of the collectives whose algorithm is chosen per buffer.
-_CORE_OP = {"all_reduce": "allreduce", "broadcast": "broadcast", "reduce": "reduce"}
+# The collectives whose algorithm MCCL chooses per buffer.
+_CHOSEN = ("all_reduce", "broadcast", "reduce")
 
 
-def _mccl_algorithm(op: str, nbytes: int, world: int) -> str | None:
-    """What the world group runs for `op` on `nbytes`: the choice of its
-    agreed cost model under this process's MCCL_* settings (MCCL_ALGO
-    included), or None for ops without a choice by size."""
-    if op not in _CORE_OP:
+def _mccl_algorithm(op: str, buf: torch.Tensor) -> str | None:
+    """What the world group runs for `op` on `buf` (all_reduce and reduce
+    with SUM): the algorithm its agreed model and settings choose, the wire
+    path that replaces it, and the pieces a large all_reduce is cut into;
+    None for ops without a choice by size."""
+    if op not in _CHOSEN:
         return None
-    from .. import _C
-    try:
-        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-        return _C.chosen_algorithm(_CORE_OP[op], nbytes, world, _C.cost_model(backend))
-    except (RuntimeError, TypeError, ValueError):
-        return None
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    return backend._algorithm_for(op, buf)
 
 
 def run(args) -> list[dict]:
@@ -150,8 +147,11 @@ def run(args) -> list[dict]:
         current = op
         times = {name: [] for name in groups}
         runners = {}
+        algorithm = None
         for name, g in groups.items():
             b = _buffers(op, size, world, rank, dtype, args.device)
+            if name == "mccl" and op in _CHOSEN:
+                algorithm = _mccl_algorithm(op, b["buf"])
             runners[name] = _runner(op, b, g, world, rank)
             if name == "gloo+bf16hook":
                 runners[name] = _bf16_hook_runner(b["buf"], g, world)
@@ -170,7 +170,6 @@ def run(args) -> list[dict]:
             algbw = size / t / 1e9
             row[name] = {"time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * BUSBW[op](world),
                          "rounds_us": [x * 1e6 for x in times[name]], "iters": runners[name + ":iters"]}
-        algorithm = _mccl_algorithm(op, size, world)
         if algorithm:
             row["mccl"]["algorithm"] = algorithm
         records.append(row)
@@ -218,7 +217,7 @@ def _header(op: str, names: list[str], goodput: float | None = None):
     w = max([15] + [len(n) + 9 for n in names])
     cols = "".join(f" {n + ' time(us)':>{w}} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}{pct}" for n in names)
     ratio = "".join(f" {label:>14}" for label, _, _ in _ratios(names))
-    algo = "  mccl algorithm" if op in _CORE_OP else ""
+    algo = "  mccl algorithm" if op in _CHOSEN else ""
     print(f"\n## {op}\n{'size':>10}{cols}{ratio}{algo}", flush=True)
 
 
