@@ -132,14 +132,14 @@ std::string ProcessGroupMCCL::algorithmFor(const std::string& op, const at::Tens
   const size_t numel = static_cast<size_t>(t.numel());
   auto name = [&](size_t elements) { return mccl::algorithmFor(*comm_, kind, dt, ReduceOp::kSum, elements * per); };
   if (kind != OpKind::kAllreduce || !inPieces(t)) return name(numel);
-  const size_t piece = piecesOf(t);  // as runInPieces cuts them
+  const size_t piece = pieceElements(t);  // as runInPieces cuts them
   const size_t pieces = (numel + piece - 1) / piece, last = numel - (pieces - 1) * piece;
   const std::string first = name(piece), end = name(last);
   if (first == end) return strCat(first, " in ", pieces, " pieces");
   return strCat(first, " in ", pieces - 1, " pieces and ", end, " for the last");
 }
 
-size_t ProcessGroupMCCL::piecesOf(const at::Tensor& t) const {
+size_t ProcessGroupMCCL::pieceElements(const at::Tensor& t) const {
   // Whole groups of 256 elements per piece, so that the int8 wire's groups
   // (counted from each op's first element) fall where they would in one op.
   constexpr int64_t kGroup = 256;
@@ -151,7 +151,7 @@ size_t ProcessGroupMCCL::piecesOf(const at::Tensor& t) const {
 template <typename MakeOp>
 WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* title,
                                       const std::string& who, MakeOp&& makeOp) {
-  const auto per = static_cast<int64_t>(piecesOf(t));
+  const auto per = static_cast<int64_t>(pieceElements(t));
   // A strided tensor: the pieces are of a contiguous copy (made on the
   // caller's stream), copied back into `t` once every piece is done.
   at::Tensor c = t.is_contiguous() ? t : t.contiguous();

@@ -141,7 +141,7 @@ class ProcessGroupMCCL : public c10d::Backend {
   // Whether an all_reduce of `t` runs in pieces (MCCL_PIECE_BYTES).
   bool inPieces(const at::Tensor& t) const;
   // Elements of `t` per piece (a multiple of 256).
-  size_t piecesOf(const at::Tensor& t) const;
+  size_t pieceElements(const at::Tensor& t) const;
   // Runs the op on consecutive pieces of `t` (contiguous), one core op each
   // (`makeOp(view)` returns the submit body); device pieces are staged and
   // copied back one by one, overlapping the network.

@@ -297,12 +297,7 @@ PYBIND11_MODULE(_C, m) {
         if (!kind) throw py::value_error("unknown collective: " + op);
         mccl::CommConfig cfg = mccl::CommConfig::fromEnv(0, n);
         cfg.model = costModelFrom(model);
-        const auto& a = mccl::algo::chooseAlgorithm(cfg, cfg.model, *kind, bytes);
-        std::string name = a.name;
-        if (*kind == mccl::OpKind::kAllreduce && a.id == mccl::Algo::kBruck) {
-          name += " (radix " + std::to_string(mccl::algo::bruckRadix(cfg.model, bytes, n)) + ")";
-        }
-        return name;
+        return mccl::algo::chosenName(cfg, cfg.model, *kind, bytes);
       },
       py::arg("op"), py::arg("bytes"), py::arg("n"), py::arg("model"),
       "The algorithm a group of n ranks chooses for `op` on `bytes` under this cost model");

@@ -83,11 +83,16 @@ def allreduce_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float
     MCCL_SMALL_BYTES apply."""
     if n <= 1 or nbytes <= 0:
         return 0.0, "none"
-    model = {"alpha_us": alpha_us, "overhead_us": overhead_us, "beta_ns_per_byte": beta_ns_per_byte,
-             "gamma_ns_per_byte": 0.0}
+    model = _network(alpha_us, overhead_us, beta_ns_per_byte)
     size = max(1, int(nbytes))
     name = _C.chosen_algorithm("allreduce", size, n, model).split(" ")[0]
     return _C.predict_seconds("allreduce", name, size, n, model), name
+
+
+def _network(alpha_us: float, overhead_us: float, beta_ns_per_byte: float) -> dict:
+    """The C++ cost model's inputs for the plan's terms (no reduction term)."""
+    return {"alpha_us": alpha_us, "overhead_us": overhead_us, "beta_ns_per_byte": beta_ns_per_byte,
+            "gamma_ns_per_byte": 0.0}
 
 
 def _allreduce(inp: Inputs, nbytes: float, n: int) -> tuple[float, str]:
@@ -103,7 +108,6 @@ def _bucket_count(inp: Inputs, bucket_bytes: float) -> int:
 
 
 def project(inp: Inputs, n: int) -> dict:
-    comm, algorithm = _allreduce(inp, 4.0 * inp.params, n)
     if inp.bucket_mb:
         # The buckets' all-reduces, one after another.
         bucket = inp.bucket_mb * 2**20
@@ -112,6 +116,7 @@ def project(inp: Inputs, n: int) -> dict:
         comm = k * per_bucket
         exposed = bucket_exposed(inp, n, bucket, inp.backward_share, inp.layers)
     else:
+        comm, algorithm = _allreduce(inp, 4.0 * inp.params, n)
         exposed = (1.0 - max(0.0, min(1.0, inp.hidden))) * comm
     step = inp.compute_s + exposed
     row = {"nodes": n, "step_s": step, "comm_s": comm, "exposed_s": exposed, "algorithm": algorithm,
@@ -204,12 +209,8 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
             if "wire" in recorded:
                 continue
             algorithm = recorded.split(" ")[0]
-            if algorithm == "ring":
-                predicted = ring_seconds(r["bytes"], n, alpha_us, overhead_us, beta)
-            else:
-                model = {"alpha_us": alpha_us, "overhead_us": overhead_us, "beta_ns_per_byte": beta,
-                         "gamma_ns_per_byte": 0.0}
-                predicted = _C.predict_seconds("allreduce", algorithm, r["bytes"], n, model)
+            predicted = _C.predict_seconds("allreduce", algorithm, r["bytes"], n,
+                                           _network(alpha_us, overhead_us, beta))
             rows.append({"file": name, "world": n, "bytes": r["bytes"], "algorithm": algorithm, "measured_s": measured,
                          "predicted_s": predicted, "error": predicted / measured - 1,
                          "goodput_GBps": 1.0 / beta, "goodput_measured": bool(goodput)})

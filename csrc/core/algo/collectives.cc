@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 
-#include "algo/model.h"
 #include "algo/registry.h"
 #include "algo/select.h"
 #include "comm/op_context.h"
@@ -162,11 +161,7 @@ std::string algorithmFor(const Communicator& comm, OpKind op, DataType dtype, Re
     if (w == kernels::WireDtype::kInt8) return "int8 wire, pairwise";
     return strCat(kernels::wireDtypeName(w), " wire, ", wirePairwise(comm) ? "pairwise" : "ring");
   }
-  const algo::Algorithm& a = chooseAlgorithm(comm.config(), comm.model(), op, bytes);
-  if (op == OpKind::kAllreduce && a.id == Algo::kBruck) {
-    return strCat(a.name, " (radix ", algo::bruckRadix(comm.model(), bytes, comm.size()), ")");
-  }
-  return a.name;
+  return algo::chosenName(comm.config(), comm.model(), op, bytes);
 }
 
 std::shared_ptr<Work> broadcast(Communicator& comm, const BroadcastOptions& o) {

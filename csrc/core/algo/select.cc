@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algo/model.h"
 #include "algo/registry.h"
 #include "util/check.h"
 
@@ -53,6 +54,14 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
   }
   if (best == nullptr) throwError(ErrorKind::kInternal, "no algorithms for ", opKindName(op));
   return *best;
+}
+
+std::string chosenName(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes) {
+  const Algorithm& a = chooseAlgorithm(cfg, model, op, bytes);
+  if (op == OpKind::kAllreduce && a.id == Algo::kBruck) {
+    return strCat(a.name, " (radix ", bruckRadix(model, bytes, cfg.size), ")");
+  }
+  return a.name;
 }
 
 bool forcedFor(const CommConfig& cfg, OpKind op) { return forced(cfg.algo, op) != nullptr; }

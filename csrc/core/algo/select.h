@@ -25,6 +25,9 @@ struct Algorithm;
 // or inapplicable MCCL_ALGO entry.
 const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, OpKind op,
                                  size_t bytes);
+// Its name as tools show it: the table's name, with the radix for Bruck's
+// all-reduce ("bruck (radix 3)").
+std::string chosenName(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes);
 // Its id.
 Algo choose(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes);
 // Whether MCCL_ALGO (cfg.algo) forces an algorithm for `op`.

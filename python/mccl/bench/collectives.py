@@ -100,13 +100,11 @@ def _group_with(var: str, value: str):
 _CHOSEN = ("all_reduce", "broadcast", "reduce")
 
 
-def _mccl_algorithm(op: str, buf: torch.Tensor) -> str | None:
-    """What the world group runs for `op` on `buf` (all_reduce and reduce
-    with SUM): the algorithm its agreed model and settings choose, the wire
-    path that replaces it, and the pieces a large all_reduce is cut into;
-    None for ops without a choice by size."""
-    if op not in _CHOSEN:
-        return None
+def _mccl_algorithm(op: str, buf: torch.Tensor) -> str:
+    """What the world group runs for `op` (one of _CHOSEN) on `buf`
+    (all_reduce and reduce with SUM): the algorithm its agreed model and
+    settings choose, the wire path that replaces it, and the pieces a large
+    all_reduce is cut into."""
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
     return backend._algorithm_for(op, buf)
 
