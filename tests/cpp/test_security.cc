@@ -246,6 +246,27 @@ namespace {
 // is poisoned; nothing of rank 0's memory is read for the attacker.
 enum class LocalAttack { kReplayOwnHello, kRefWithoutAttestation, kLocalOkWithoutAttestation };
 
+// Rank 1 played by the test: it read the group's secret from the store,
+// passes the handshake with rank 0 and then writes raw frames.
+struct RawRankOne {
+  Identity me;
+  Socket sock;
+};
+
+RawRankOne joinAsRankOne(Store& store) {
+  auto boot = store.get("mccl/v1/bootstrap", std::chrono::seconds(5));
+  RawRankOne one;
+  one.me.group = getLE<uint64_t>(boot.data());
+  one.me.rank = 1;
+  one.me.size = 2;
+  std::memcpy(one.me.secret.data(), boot.data() + 8, 32);
+  auto addr = store.get("mccl/v1/addr/0", std::chrono::seconds(5));
+  one.sock = Socket::connect(SockAddr::parse(std::string(addr.begin(), addr.end())),
+                             Deadline::after(std::chrono::seconds(5)), "rank 1 (test)");
+  handshakeAsConnector(one.sock, one.me, 0, Deadline::after(std::chrono::seconds(5)));
+  return one;
+}
+
 void attackRankZero(LocalAttack attack, const std::string& expect) {
   auto store = std::make_shared<MemoryStore>();
   CommConfig cfg = baseConfig(0, 2);
@@ -253,16 +274,7 @@ void attackRankZero(LocalAttack attack, const std::string& expect) {
   cfg.localReadBytes = 1;  // every frame would go by reference
   cfg.wireSecurity = "off";  // the attacker writes plain frames
   auto comm = Communicator::create(store, cfg);
-  auto boot = store->get("mccl/v1/bootstrap", std::chrono::seconds(5));
-  Identity me;
-  me.group = getLE<uint64_t>(boot.data());
-  me.rank = 1;
-  me.size = 2;
-  std::memcpy(me.secret.data(), boot.data() + 8, 32);
-  auto addr = store->get("mccl/v1/addr/0", std::chrono::seconds(5));
-  Socket s = Socket::connect(SockAddr::parse(std::string(addr.begin(), addr.end())),
-                             Deadline::after(std::chrono::seconds(5)), "attacker");
-  handshakeAsConnector(s, me, 0, Deadline::after(std::chrono::seconds(5)));
+  auto [me, s] = joinAsRankOne(*store);
   // Rank 0 greets with its LOCAL_HELLO.
   std::vector<uint8_t> hello(kFrameHeaderBytes + kLocalHelloBytes);
   ASSERT_TRUE(s.recvAll(hello.data(), hello.size(), Deadline::after(std::chrono::seconds(5))));
@@ -331,6 +343,43 @@ TEST(LocalReadAttack, ReferenceFromAnUnattestedPeerFailsTheGroup) {
 
 TEST(LocalReadAttack, LocalOkFromAnUnattestedPeerFailsTheGroup) {
   attackRankZero(LocalAttack::kLocalOkWithoutAttestation, "never proved");
+}
+
+// Rank 1 says goodbye but its socket stays open (its process is still
+// closing). A send to it from then on fails at once naming the shutdown; it
+// must not dial rank 1 again (whose listener is gone: a refused connect, or
+// here a wait for an address that never comes).
+TEST(PeerShutdown, GoodbyeBeforeTheSocketClosesIsAShutDownNotARedial) {
+  auto store = std::make_shared<MemoryStore>();
+  CommConfig cfg = baseConfig(0, 2);
+  cfg.timeout = std::chrono::seconds(20);
+  cfg.localReadBytes = 0;
+  cfg.wireSecurity = "off";
+  auto comm = Communicator::create(store, cfg);
+  auto one = joinAsRankOne(*store);
+  FrameHeader bye;
+  bye.group = one.me.group;
+  bye.src = 1;
+  bye.type = FrameType::kClose;
+  bye.offset = 1;  // it closes one connection: this one
+  auto bytes = encoded(bye);
+  one.sock.sendAll(bytes.data(), bytes.size());
+  // Sends go out on the live connection until rank 0 has read the goodbye.
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  int32_t v = 7;
+  while (error.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(15)) {
+    try {
+      send(*comm, 1, 3, &v, 1, DataType::kInt32)->wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << error;
+  EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("has shut down"), std::string::npos) << error;
+  comm->abort();
 }
 
 }  // namespace

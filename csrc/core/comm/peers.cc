@@ -144,7 +144,12 @@ std::vector<std::shared_ptr<Connection>> Peers::connectionsTo(int peer, Deadline
   std::unique_lock<std::mutex> lock(p.mu);
   for (;;) {
     if (auto conns = live(); !conns.empty()) return conns;
-    if (p.closed) {
+    // A goodbye on any connection means the peer shut this group down, even
+    // before that connection's reader has ended and marked it closed: a new
+    // connection would only be refused.
+    const bool saidGoodbye =
+        p.closed || std::any_of(p.conns.begin(), p.conns.end(), [](const auto& c) { return c->peerClosed(); });
+    if (saidGoodbye) {
       lock.unlock();  // where() takes p.mu
       throwError(ErrorKind::kRemote, self_, ": rank ", peer, where(peer),
                  " has shut down its communicator (destroy_process_group or exit) "
