@@ -357,6 +357,26 @@ TEST(PeerShutdown, GoodbyeBeforeTheSocketClosesIsAShutDownNotARedial) {
   cfg.wireSecurity = "off";
   auto comm = Communicator::create(store, cfg);
   auto one = joinAsRankOne(*store);
+  // A message first: once rank 0 has it, rank 0 reads this connection (its
+  // listener hands a connection over after the handshake, so a send posted
+  // before that would dial rank 1 itself).
+  FrameHeader hello;
+  hello.flags = kFlagP2P;
+  hello.group = one.me.group;
+  hello.src = 1;
+  hello.slot = 2;  // the tag
+  hello.op = OpKind::kSendRecv;
+  hello.dtype = DataType::kInt32;
+  hello.count = 1;
+  hello.msgBytes = hello.length = 4;
+  auto frame = encoded(hello);
+  const int32_t answer = 42;
+  frame.insert(frame.end(), reinterpret_cast<const uint8_t*>(&answer),
+               reinterpret_cast<const uint8_t*>(&answer) + 4);
+  one.sock.sendAll(frame.data(), frame.size());
+  int32_t got = 0;
+  recv(*comm, 1, 2, &got, 1, DataType::kInt32)->wait();
+  ASSERT_EQ(got, 42);
   FrameHeader bye;
   bye.group = one.me.group;
   bye.src = 1;
