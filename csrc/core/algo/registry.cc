@@ -59,7 +59,7 @@ const std::vector<Algorithm>& algorithms() {
         {Algo::kRabenseifner, OpKind::kAllreduce, "rabenseifner", allreduceRabenseifner,
          allreduceRabenseifnerSeconds, false, rabenseifnerOn},
         {Algo::kTorus, OpKind::kAllreduce, "torus", allreduceTorus, allreduceTorusSeconds, false,
-         torusOn},
+         torusOn, 1.1},
         {Algo::kBinomial, OpKind::kBroadcast, "binomial", broadcastBinomial, broadcastBinomialSeconds},
         {Algo::kChain, OpKind::kBroadcast, "chain", broadcastChain, broadcastChainSeconds},
         {Algo::kBinomial, OpKind::kReduce, "binomial", reduceBinomial, reduceBinomialSeconds},

@@ -40,13 +40,14 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
   for (const auto& a : algorithms()) candidates += a.op == op ? 1 : 0;
   const Algorithm* best = nullptr;
   double bestCost = 0;
+  const size_t share = bytes / static_cast<size_t>(std::max(1, cfg.size));
   for (const auto& a : algorithms()) {
     if (a.op != op || (a.smallOnly && candidates > 1 && bytes > cfg.smallBytes)) continue;
-    if (a.candidateOn != nullptr && candidates > 1 &&
-        !a.candidateOn(cfg.size, bytes / static_cast<size_t>(std::max(1, cfg.size)), cfg.smallBytes)) {
+    if (a.candidateOn != nullptr && candidates > 1 && !a.candidateOn(cfg.size, share, cfg.smallBytes)) {
       continue;
     }
     double cost = a.cost(model, bytes, cfg.size, cfg.chunkBytes);
+    if (share > cfg.smallBytes) cost *= a.largeShareMargin;
     if (best == nullptr || cost < bestCost) {
       best = &a;
       bestCost = cost;
