@@ -245,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
                          "stalls short tails up to the delayed-ACK timer; see mccl.netlab)")
     up.add_argument("--congestion", default="", metavar="NAME",
                     help="the hosts' TCP congestion control, e.g. cubic (default: the kernel's; "
-                         "it must be in net.ipv4.tcp_allowed_congestion_control)")
+                         "one the kernel offers; added to net.ipv4.tcp_allowed_congestion_control if need be)")
     ns.add_parser("down", help="remove the lab (also the remains of a failed one)")
     st = ns.add_parser("status", help="hosts, rates, measured goodput")
     st.add_argument("--json", action="store_true")

@@ -66,6 +66,29 @@ def _neighbour_room(n: int) -> None:
                                f"({NEIGH.format(k)}): {e}") from None
 
 
+def _allow_congestion(name: str, proc: str = "/proc/sys/net/ipv4") -> None:
+    """Lets the lab's namespaces choose TCP congestion control `name`: a
+    namespace may pick only from net.ipv4.tcp_allowed_congestion_control,
+    which some images keep to their own default (the H200 box: "reno bbr",
+    with cubic available). Adds `name` to it when the kernel has it (a
+    host-wide setting, only ever added to); refuses a name the kernel does
+    not offer, listing those it does."""
+    base = Path(proc)
+    available = (base / "tcp_available_congestion_control").read_text().split()
+    if name not in available:
+        raise LabError(f"congestion control {name!r} is not available in this kernel "
+                       f"(net.ipv4.tcp_available_congestion_control: {' '.join(available)})")
+    allowed_file = base / "tcp_allowed_congestion_control"
+    allowed = allowed_file.read_text().split()
+    if name in allowed:
+        return
+    try:
+        allowed_file.write_text(" ".join(allowed + [name]) + "\n")
+    except OSError as e:
+        raise LabError(f"congestion control {name!r} is not in net.ipv4.tcp_allowed_congestion_control "
+                       f"({' '.join(allowed)}) and adding it failed: {e}") from None
+
+
 class LabError(RuntimeError):
     """A lab operation failed; the message says which command and why."""
 
@@ -123,7 +146,7 @@ class Lab:
            loss: str = "", autocorking: bool = False, congestion: str = "") -> "Lab":
         """Creates an n-host lab (tearing down an older one of this name);
         `congestion` sets the hosts' TCP congestion control (default: the
-        kernel's)."""
+        kernel's), adding it to the host's allowed list if need be."""
         missing = cls.requirements()
         if missing:
             raise LabError("netlab needs " + " and ".join(missing))
@@ -133,6 +156,8 @@ class Lab:
             raise LabError(f"lab name {name!r} must be 1-8 letters or digits (interface names are short)")
         if congestion and not (congestion.isascii() and congestion.replace("_", "").isalnum() and len(congestion) < 16):
             raise LabError(f"congestion control {congestion!r} is not a name (letters, digits and _)")
+        if congestion:
+            _allow_congestion(congestion)
         _cleanup(name)
         _neighbour_room(n)
         lab = cls(name=name, rate=rate, bridge=f"{name}-br", delay=delay, loss=loss,
