@@ -75,9 +75,14 @@ def _allow_congestion(name: str, proc: str = "/proc/sys/net/ipv4") -> None:
     not offer, listing those it does."""
     base = Path(proc)
     available = (base / "tcp_available_congestion_control").read_text().split()
+    if name not in available and shutil.which("modprobe"):
+        # Listed only once loaded: a kernel may build it as module tcp_NAME.
+        subprocess.run(["modprobe", f"tcp_{name}"], capture_output=True)
+        available = (base / "tcp_available_congestion_control").read_text().split()
     if name not in available:
-        raise LabError(f"congestion control {name!r} is not available in this kernel "
-                       f"(net.ipv4.tcp_available_congestion_control: {' '.join(available)})")
+        raise LabError(f"congestion control {name!r} is not available in this kernel: neither in "
+                       f"net.ipv4.tcp_available_congestion_control ({' '.join(available)}) nor "
+                       f"loadable as module tcp_{name}")
     allowed_file = base / "tcp_allowed_congestion_control"
     allowed = allowed_file.read_text().split()
     if name in allowed:

@@ -45,22 +45,6 @@ def test_lab_records_and_sets_the_hosts_congestion_control(lab):
         Lab.up(2, name="mcclcc", congestion="reno; true")
 
 
-def test_congestion_control_is_added_to_the_allowed_list(tmp_path):
-    # A stand-in for /proc/sys/net/ipv4 as the H200 box has it: cubic built
-    # in, namespaces allowed only reno and bbr.
-    from mccl.netlab import LabError, _allow_congestion
-    (tmp_path / "tcp_available_congestion_control").write_text("reno bbr cubic\n")
-    allowed = tmp_path / "tcp_allowed_congestion_control"
-    allowed.write_text("reno bbr\n")
-    _allow_congestion("cubic", str(tmp_path))
-    assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
-    _allow_congestion("reno", str(tmp_path))  # already allowed: unchanged
-    assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
-    with pytest.raises(LabError, match=r"'vegas' is not available.*reno bbr cubic"):
-        _allow_congestion("vegas", str(tmp_path))
-    assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
-
-
 def test_goodput_is_near_the_shaped_rate(lab):
     g = lab.measure_goodput(seconds=2)
     print("goodput Gbit/s:", {k: round(v * 8, 3) for k, v in g["links_GBps"].items()})

@@ -80,11 +80,10 @@ struct Algorithm {
   // puts it at least 9 % ahead. Its row and column flows leave every host
   // at once, which the model does not price: on the H200 box's 1 Gbit/s lab
   // (CUBIC) it ran 64 MiB (4 MiB pieces) 0.7 % behind the ring at 24 hosts
-  // and 6.5-6.9 % behind at 48 (rounds up to 16 %; the ring's within 0.1 %
-  // of each other), where the lab's fitted model put it ahead. At smaller
-  // shares, where it was measured 1.9x the ring (64 KiB on 24 hosts,
-  // 256 KiB on 48) while the model priced the two close, no margin
-  // (docs/benchmarks.md, "Scale").
+  // and 6.7-6.9 % behind at 48 (rounds up to 16 %; the ring's within 0.1 %
+  // of each other), where the lab's fitted model put it 1 % ahead. At
+  // smaller shares, where it was measured 1.9x faster than the ring (64 KiB
+  // on 24 hosts, 256 KiB on 48), no margin (docs/benchmarks.md, "Scale").
   double largeShareMargin = 1.0;
 };
 

@@ -93,8 +93,12 @@ void Connection::post(SendFrame frame) {
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (error_ || stopping_ || closeQueued_) {
+    // A goodbye read first (its answer queued) is the cause to report.
     Error e = error_ ? *error_
-                     : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
+              : peerClosed_.load()
+                  ? Error(ErrorKind::kRemote, strCat(name_, ": the peer has shut down its process group "
+                                                            "(it said goodbye) before this frame was sent"))
+                  : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
     lock.unlock();
     if (frame.cb) frame.cb->sendDone(&e);
     return;
