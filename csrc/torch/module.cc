@@ -301,5 +301,15 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("op"), py::arg("bytes"), py::arg("n"), py::arg("model"),
       "The algorithm a group of n ranks chooses for `op` on `bytes` under this cost model");
+  m.def(
+      "piece_settings",
+      [] {
+        // How this process's groups cut a large all_reduce (MCCL_PIECE_BYTES,
+        // parsed as group creation parses it) and how many of its pieces may
+        // be on the wire at once (MCCL_INFLIGHT_OPS).
+        const mccl::CommConfig cfg = mccl::CommConfig::fromEnv(0, 1);
+        return py::make_tuple(static_cast<int64_t>(cfg.pieceBytes), static_cast<int64_t>(cfg.inflightOps));
+      },
+      "(piece_bytes, inflight_ops) of this process's MCCL_* settings");
   m.attr("built_with_torch") = TORCH_VERSION;
 }

@@ -19,6 +19,10 @@ two-dimensional torus on large fleets where the ring's 2(N-1) steps add up):
                = 2(b-1) * (alpha + max(2o, G/b * beta))
                  + 2(a-1) * (alpha + max(2o, G/N * beta)) + tail (the torus, N = a x b)
 
+A buffer of at least two MCCL_PIECE_BYTES (4 MiB by default) runs as pieces,
+each with the algorithm chosen for its size, MCCL_INFLIGHT_OPS (2) of them on
+the wire at once: max(busy(pieces) + alpha(piece), sum(pieces) / lanes), busy
+being a piece's time less its network latency (alpha per step).
 With --bucket-mb, comm(N) is the buckets' all-reduces one after another.
     exposed(N) = (1 - hidden) * comm(N)
     step(N)    = compute + exposed(N)
@@ -75,18 +79,61 @@ def ring_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float, bet
 
 def allreduce_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float,
                       beta_ns_per_byte: float) -> tuple[float, str]:
-    """MCCL's all-reduce of `nbytes` on n machines: the seconds its cost model
-    predicts for the algorithm it chooses there, and that algorithm's name.
-    No reduction term (as ring_seconds, which it equals where the ring is
-    chosen), so for small buffers the choice can differ from the library's,
-    which also weighs the reductions; this process's MCCL_ALGO and
-    MCCL_SMALL_BYTES apply."""
+    """MCCL's all-reduce of `nbytes` of float32 on n machines: the seconds its
+    cost model predicts for the algorithm it chooses there, and what runs
+    ("torus", or "torus in 6 pieces" where MCCL_PIECE_BYTES cuts the buffer,
+    as mccl-bench records it). No reduction term (as ring_seconds, which it
+    equals where the ring runs the buffer whole), so for small buffers the
+    choice can differ from the library's, which also weighs the reductions;
+    this process's MCCL_ALGO, MCCL_SMALL_BYTES, MCCL_PIECE_BYTES and
+    MCCL_INFLIGHT_OPS apply.
+
+    Pieces: each is priced for the algorithm chosen for its size; up to
+    MCCL_INFLIGHT_OPS of them are on the wire at once, so the whole takes
+    the longer of the pieces' busy time (wire and per-message CPU) plus the
+    longest piece's network latency (links kept busy: what the ring's pieces
+    measured on the lab, within 0.1 % of one buffer) and the pieces'
+    predicted times shared among the lanes (pieces whose network latency
+    dominates; not measured)."""
     if n <= 1 or nbytes <= 0:
         return 0.0, "none"
     model = _network(alpha_us, overhead_us, beta_ns_per_byte)
-    size = max(1, int(nbytes))
-    name = _C.chosen_algorithm("allreduce", size, n, model).split(" ")[0]
-    return _C.predict_seconds("allreduce", name, size, n, model), name
+    # A piece's network latency (alpha per step): what another piece on the
+    # wire can hide. Its wire time and its CPU time per message, which the
+    # model lets overlap each other (max(2o, bytes x beta) per step), use
+    # the links and cores that the other pieces need too.
+    latency_only = dict(model, beta_ns_per_byte=0.0, overhead_us=0.0)
+    parts = pieces(max(1, int(nbytes)))
+    priced = {}
+    for size in set(parts):
+        name = _C.chosen_algorithm("allreduce", size, n, model).split(" ")[0]
+        t = _C.predict_seconds("allreduce", name, size, n, model)
+        priced[size] = (name, t, _C.predict_seconds("allreduce", name, size, n, latency_only))
+    if len(parts) == 1:
+        name, t, _ = priced[parts[0]]
+        return t, name
+    _, lanes = _C.piece_settings()
+    total = sum(priced[p][1] for p in parts)
+    busy = sum(priced[p][1] - priced[p][2] for p in parts)
+    latency = max(priced[p][2] for p in parts)
+    seconds = max(busy + latency, total / min(lanes, len(parts)))
+    first, last = priced[parts[0]][0], priced[parts[-1]][0]
+    if first == last:
+        return seconds, f"{first} in {len(parts)} pieces"
+    return seconds, f"{first} in {len(parts) - 1} pieces and {last} for the last"
+
+
+def pieces(nbytes: int) -> list[int]:
+    """The pieces (bytes) MCCL's torch backend cuts a float32 all_reduce of
+    `nbytes` into: whole groups of 256 elements of MCCL_PIECE_BYTES each,
+    the rest in the last, once the buffer holds at least two pieces' worth
+    (csrc/torch/backend.cc, inPieces and pieceElements); else one."""
+    piece, _ = _C.piece_settings()
+    if piece <= 0 or nbytes < 2 * piece:
+        return [nbytes]
+    per = max(256, piece // 4 // 256 * 256) * 4
+    k = -(-nbytes // per)
+    return [per] * (k - 1) + [nbytes - (k - 1) * per]
 
 
 def _network(alpha_us: float, overhead_us: float, beta_ns_per_byte: float) -> dict:
@@ -267,7 +314,8 @@ def render(result: dict) -> str:
     for k, v in i.get("sources", {}).items():
         lines.append(f"  source of {k}: {v}")
     lines.append("  not modelled: stragglers, contention with other traffic, optimizer time growing with N")
-    head = (f"{'nodes':>6} {'all-reduce':>12} {'step (ms)':>10} {'comm (ms)':>10} {'exposed':>9} {'samples/s':>11} "
+    w = max([12] + [len(r["algorithm"]) for r in result["rows"]])
+    head = (f"{'nodes':>6} {'all-reduce':>{w}} {'step (ms)':>10} {'comm (ms)':>10} {'exposed':>9} {'samples/s':>11} "
             f"{'efficiency':>11}")
     extra = "ref_gpu_equivalents" in result["rows"][0]
     if extra:
@@ -276,7 +324,7 @@ def render(result: dict) -> str:
             head += f" {'$/year':>12}"
     lines += ["", head]
     for r in result["rows"]:
-        line = (f"{r['nodes']:>6} {r['algorithm']:>12} {r['step_s'] * 1000:>10.1f} {r['comm_s'] * 1000:>10.1f} "
+        line = (f"{r['nodes']:>6} {r['algorithm']:>{w}} {r['step_s'] * 1000:>10.1f} {r['comm_s'] * 1000:>10.1f} "
                 f"{r['exposed_s'] * 1000:>9.1f} {r['samples_per_s']:>11.1f} {100 * r['efficiency']:>10.1f}%")
         if extra:
             line += f" {r['ref_gpu_equivalents']:>12.1f}"
