@@ -137,7 +137,7 @@ TEST(CostModel, TorusForMediumBuffersOnGrids) {
 // pieces, where the lab's fitted model put it ahead). So the 1 Gbit/s lab
 // keeps the ring up to 48 ranks, for whole buffers and for the 4 MiB pieces
 // an all_reduce is cut into; 10 GbE takes it for pieces from 16-24 ranks,
-// and for a 25 MiB DDP bucket from 100 ranks (398 steps of 50 us on 200
+// and for a whole 25 MiB buffer from 100 ranks (398 steps of 50 us on 200
 // ranks against the torus's 56: a quarter less time).
 TEST(CostModel, TorusForLargeBuffersOnLargeFleets) {
   const CostModel lab{.alphaUs = 1.0, .overheadUs = 22.69, .betaNsPerByte = 7.98, .gammaNsPerByte = 0.1};
