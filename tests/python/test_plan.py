@@ -9,6 +9,16 @@ import pytest
 from mccl import plan
 
 
+@pytest.fixture(autouse=True)
+def no_mccl_settings(monkeypatch):
+    """The plan reads this process's MCCL_* settings (the algorithm, the
+    small-buffer bound, the pieces); each test starts from the defaults."""
+    import os
+    for name in list(os.environ):
+        if name.startswith("MCCL_"):
+            monkeypatch.delenv(name)
+
+
 def scaling(tmp_path, *args):
     """Runs `mccl-bench scaling` on local ranks; returns its JSON, the file and its output."""
     s = tmp_path / "scaling.json"
@@ -58,6 +68,7 @@ def test_allreduce_term_prices_the_pieces_mccl_runs(monkeypatch):
     # below two pieces' worth a buffer stays whole.
     assert plan.pieces(bucket) == [4 << 20] * 6 + [1 << 20]
     assert plan.pieces((8 << 20) - 4) == [(8 << 20) - 4]
+    assert plan.pieces(8 << 20) == [4 << 20] * 2  # two pieces' worth: cut
     monkeypatch.setenv("MCCL_PIECE_BYTES", "1000000")  # whole groups of 256 floats: 999,424 bytes
     assert plan.pieces(3_000_000) == [999_424, 999_424, 999_424, 1_728]
     monkeypatch.delenv("MCCL_PIECE_BYTES")
@@ -102,6 +113,10 @@ def test_projection_names_the_algorithm_and_gains_from_it(monkeypatch):
     assert auto["algorithm"].startswith("torus in ") and forced["algorithm"] == "ring in 7 pieces"
     assert auto["efficiency"] > forced["efficiency"] + 0.1
     assert "torus" in plan.render({"inputs": plan.asdict(inp), "rows": [auto]})
+    text = plan.render(plan.plan(inp, [200]))
+    assert "runs as 4 MiB pieces, 2 on the wire at once" in text
+    monkeypatch.setenv("MCCL_PIECE_BYTES", "0")
+    assert "none (MCCL_PIECE_BYTES=0)" in plan.render(plan.plan(inp, [200]))
 
 
 def test_projection_efficiency_and_costs():
