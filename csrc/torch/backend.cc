@@ -114,11 +114,18 @@ ReduceScatterOptions reduceScatterOpts(std::vector<const void*> in, const View& 
 
 }  // namespace
 
-bool ProcessGroupMCCL::inPieces(const at::Tensor& t) const {
+size_t ProcessGroupMCCL::pieceElementsFor(size_t pieceBytes, size_t nbytes, size_t elementSize) {
   // Decided from sizes only (not device, not layout), so every rank of a
   // mixed group splits an op the same way.
-  size_t piece = comm_->config().pieceBytes;
-  return piece > 0 && t.nbytes() >= 2 * piece;
+  if (pieceBytes == 0 || nbytes < 2 * pieceBytes) return 0;
+  // Whole groups of 256 elements per piece, so that the int8 wire's groups
+  // (counted from each op's first element) fall where they would in one op.
+  constexpr size_t kGroup = 256;
+  return std::max(kGroup, pieceBytes / elementSize / kGroup * kGroup);
+}
+
+size_t ProcessGroupMCCL::pieceElements(const at::Tensor& t) const {
+  return pieceElementsFor(comm_->config().pieceBytes, t.nbytes(), t.element_size());
 }
 
 std::string ProcessGroupMCCL::algorithmFor(const std::string& op, const at::Tensor& t) const {
@@ -131,21 +138,12 @@ std::string ProcessGroupMCCL::algorithmFor(const std::string& op, const at::Tens
   const DataType dt = coreDtype(t.scalar_type(), "algorithm_for", &per);
   const size_t numel = static_cast<size_t>(t.numel());
   auto name = [&](size_t elements) { return mccl::algorithmFor(*comm_, kind, dt, ReduceOp::kSum, elements * per); };
-  if (kind != OpKind::kAllreduce || !inPieces(t)) return name(numel);
-  const size_t piece = pieceElements(t);  // as runInPieces cuts them
+  const size_t piece = kind == OpKind::kAllreduce ? pieceElements(t) : 0;  // as runInPieces cuts them
+  if (piece == 0) return name(numel);
   const size_t pieces = (numel + piece - 1) / piece, last = numel - (pieces - 1) * piece;
   const std::string first = name(piece), end = name(last);
   if (first == end) return strCat(first, " in ", pieces, " pieces");
   return strCat(first, " in ", pieces - 1, " pieces and ", end, " for the last");
-}
-
-size_t ProcessGroupMCCL::pieceElements(const at::Tensor& t) const {
-  // Whole groups of 256 elements per piece, so that the int8 wire's groups
-  // (counted from each op's first element) fall where they would in one op.
-  constexpr int64_t kGroup = 256;
-  return static_cast<size_t>(std::max<int64_t>(
-      kGroup, static_cast<int64_t>(comm_->config().pieceBytes) / static_cast<int64_t>(t.element_size()) /
-                  kGroup * kGroup));
 }
 
 template <typename MakeOp>
@@ -293,7 +291,7 @@ WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
   a.single(tensors, "tensor");
   CoreReduce red = a.reduce(opts.reduceOp, tensors[0].scalar_type());
   const Timeout t = opTimeout(opts.timeout);
-  if (inPieces(tensors[0])) {
+  if (pieceElements(tensors[0]) > 0) {
     return runInPieces(tensors[0], OpType::ALLREDUCE, "mccl:all_reduce", a.who(), [&](const View& v) {
       return [o = allreduceOpts(v, red, t), this] { return mccl::allreduce(*comm_, o); };
     });

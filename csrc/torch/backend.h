@@ -129,6 +129,10 @@ class ProcessGroupMCCL : public c10d::Backend {
   // the algorithm (or wire path) the group's model and settings choose,
   // and, for an all_reduce in pieces, per piece. For mccl-bench.
   std::string algorithmFor(const std::string& op, const at::Tensor& t) const;
+  // Elements per piece of an all_reduce of `nbytes` in elements of
+  // `elementSize` bytes with MCCL_PIECE_BYTES `pieceBytes` (a multiple of
+  // 256), or 0 when it runs whole: below two pieces' worth, or pieces off.
+  static size_t pieceElementsFor(size_t pieceBytes, size_t nbytes, size_t elementSize);
   std::string address() const;
 
  private:
@@ -138,9 +142,8 @@ class ProcessGroupMCCL : public c10d::Backend {
   // staged, or earlier ops queued) through queue_ in call order.
   template <typename F>
   std::shared_ptr<Work> submit(Staging& st, F&& fn);
-  // Whether an all_reduce of `t` runs in pieces (MCCL_PIECE_BYTES).
-  bool inPieces(const at::Tensor& t) const;
-  // Elements of `t` per piece (a multiple of 256).
+  // Elements per piece of an all_reduce of `t` (MCCL_PIECE_BYTES), or 0
+  // when it runs whole.
   size_t pieceElements(const at::Tensor& t) const;
   // Runs the op on consecutive pieces of `t` (contiguous), one core op each
   // (`makeOp(view)` returns the submit body); device pieces are staged and

@@ -311,5 +311,15 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(static_cast<int64_t>(cfg.pieceBytes), static_cast<int64_t>(cfg.inflightOps));
       },
       "(piece_bytes, inflight_ops) of this process's MCCL_* settings");
+  m.def(
+      "piece_elements",
+      [](size_t nbytes, size_t elementSize) {
+        if (elementSize == 0) throw py::value_error("piece_elements: element_size must be positive");
+        return ProcessGroupMCCL::pieceElementsFor(mccl::CommConfig::fromEnv(0, 1).pieceBytes, nbytes,
+                                                  elementSize);
+      },
+      py::arg("nbytes"), py::arg("element_size"),
+      "Elements per piece of an all_reduce of `nbytes` (this process's MCCL_PIECE_BYTES), as a group "
+      "cuts it; 0 when it runs whole");
   m.attr("built_with_torch") = TORCH_VERSION;
 }

@@ -127,11 +127,10 @@ def pieces(nbytes: int) -> list[int]:
     """The pieces (bytes) MCCL's torch backend cuts a float32 all_reduce of
     `nbytes` into: whole groups of 256 elements of MCCL_PIECE_BYTES each,
     the rest in the last, once the buffer holds at least two pieces' worth
-    (csrc/torch/backend.cc, inPieces and pieceElements); else one."""
-    piece, _ = _C.piece_settings()
-    if piece <= 0 or nbytes < 2 * piece:
+    (the backend's own rule: ProcessGroupMCCL::pieceElementsFor); else one."""
+    per = 4 * _C.piece_elements(nbytes, 4)
+    if per == 0:
         return [nbytes]
-    per = max(256, piece // 4 // 256 * 256) * 4
     k = -(-nbytes // per)
     return [per] * (k - 1) + [nbytes - (k - 1) * per]
 
