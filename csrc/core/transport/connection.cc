@@ -95,10 +95,8 @@ void Connection::post(SendFrame frame) {
   if (error_ || stopping_ || closeQueued_) {
     // A goodbye read first (its answer queued) is the cause to report.
     Error e = error_ ? *error_
-              : peerClosed_.load()
-                  ? Error(ErrorKind::kRemote, strCat(name_, ": the peer has shut down its process group "
-                                                            "(it said goodbye) before this frame was sent"))
-                  : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
+              : peerClosed_.load() ? goodbye("this frame was sent")
+                                   : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
     lock.unlock();
     if (frame.cb) frame.cb->sendDone(&e);
     return;
@@ -288,12 +286,13 @@ Error Connection::sendFailure(const Error& e) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
-  if (peerClosed_.load()) {
-    return Error(ErrorKind::kRemote,
-                 strCat(name_, ": the peer has shut down its process group (it said goodbye) "
-                               "before this rank's frames reached it (", e.what(), ")"));
-  }
+  if (peerClosed_.load()) return goodbye(strCat("this rank's frames reached it (", e.what(), ")"));
   return Error(e.kind(), strCat(name_, ": ", e.what()));
+}
+
+Error Connection::goodbye(const std::string& before) const {
+  return Error(ErrorKind::kRemote,
+               strCat(name_, ": the peer has shut down its process group (it said goodbye) before ", before));
 }
 
 void Connection::reportEnd(const Error* err) {

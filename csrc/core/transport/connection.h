@@ -168,6 +168,8 @@ class Connection {
   void queueAbort(const FrameHeader& h, const Error& why, bool terminal);
   // The error for a failed write: the peer's goodbye if it sent one.
   Error sendFailure(const Error& e);
+  // The error of a send that the peer's goodbye overtook ("... before `before`").
+  Error goodbye(const std::string& before) const;
   // Sealing: opens `len` buffered payload bytes at rstart_ (and the tag after
   // them, which it fills) in place; a protocol fault when the tag fails.
   void openBuffered(const uint8_t* header, size_t len);
