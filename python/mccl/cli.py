@@ -103,7 +103,11 @@ def _plan(a) -> int:
         runs = {}
         for path in a.validate_collectives:
             with open(path) as f:
-                runs[os.path.basename(path)] = json.load(f)
+                data = json.load(f)
+            # A file of several runs ({"runs": {name: mccl-bench JSON}}, as
+            # docs/data keeps them) gives each run its own rows.
+            for key, run in (data["runs"].items() if "runs" in data else [(None, data)]):
+                runs[os.path.basename(path) + (f":{key}" if key else "")] = run
         try:
             rows = plan.validate_collectives(runs, alpha, over, beta, a.min_bytes, a.backend)
         except ValueError as e:

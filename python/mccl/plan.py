@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from dataclasses import asdict, dataclass, field
 
 from . import _C
@@ -97,28 +99,38 @@ def allreduce_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float
     dominates; not measured)."""
     if n <= 1 or nbytes <= 0:
         return 0.0, "none"
+    parts = pieces(max(1, int(nbytes)))
     model = _network(alpha_us, overhead_us, beta_ns_per_byte)
+    names = {size: _C.chosen_algorithm("allreduce", size, n, model).split(" ")[0] for size in set(parts)}
+    return pieces_seconds(parts, [names[p] for p in parts], n, model)
+
+
+def pieces_seconds(parts: list[int], names: list[str], n: int, model: dict) -> tuple[float, str]:
+    """An all-reduce run as `parts` (bytes; one part: the whole buffer), part
+    i by algorithm names[i], on n ranks under the cost model `model`: its
+    predicted seconds and its name as mccl-bench records it ("ring", "torus
+    in 6 pieces", "torus in 6 pieces and recursive_multiplying for the
+    last"). Pieces: see allreduce_seconds; MCCL_INFLIGHT_OPS of this process."""
     # A piece's network latency (alpha per step): what another piece on the
     # wire can hide. Its wire time and its CPU time per message, which the
     # model lets overlap each other (max(2o, bytes x beta) per step), use
     # the links and cores that the other pieces need too.
     latency_only = dict(model, beta_ns_per_byte=0.0, overhead_us=0.0)
-    parts = pieces(max(1, int(nbytes)))
     priced = {}
-    for size in set(parts):
-        name = _C.chosen_algorithm("allreduce", size, n, model).split(" ")[0]
-        t = _C.predict_seconds("allreduce", name, size, n, model)
-        priced[size] = (name, t, _C.predict_seconds("allreduce", name, size, n, latency_only))
-    if len(parts) == 1:
-        name, t, _ = priced[parts[0]]
-        return t, name
+    for key in set(zip(parts, names)):
+        size, name = key
+        priced[key] = (_C.predict_seconds("allreduce", name, size, n, model),
+                       _C.predict_seconds("allreduce", name, size, n, latency_only))
+    keys = list(zip(parts, names))
+    if len(keys) == 1:
+        return priced[keys[0]][0], names[0]
     _, lanes = _C.piece_settings()
-    total = sum(priced[p][1] for p in parts)
-    busy = sum(priced[p][1] - priced[p][2] for p in parts)
-    latency = max(priced[p][2] for p in parts)
-    seconds = max(busy + latency, total / min(lanes, len(parts)))
-    first, last = priced[parts[0]][0], priced[parts[-1]][0]
-    if first == last:
+    total = sum(priced[k][0] for k in keys)
+    busy = sum(priced[k][0] - priced[k][1] for k in keys)
+    latency = max(priced[k][1] for k in keys)
+    seconds = max(busy + latency, total / min(lanes, len(keys)))
+    first, last = names[0], names[-1]
+    if names[:-1] == [first] * (len(names) - 1) and first == last:
         return seconds, f"{first} in {len(parts)} pieces"
     return seconds, f"{first} in {len(parts) - 1} pieces and {last} for the last"
 
@@ -235,8 +247,9 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
     of) against measured all_reduce times: every all_reduce row of at least
     `min_bytes` in each ``mccl-bench --json`` file of `runs` (name -> its
     JSON), priced for the algorithm the row records MCCL ran (files from
-    before mccl-bench recorded it: the ring). The links' rate is the file's
-    measured goodput where it has one, else `beta_ns_per_byte`."""
+    before mccl-bench recorded it: the ring), its pieces as allreduce_seconds
+    prices them (recorded_pieces). The links' rate is the file's measured
+    goodput where it has one, else `beta_ns_per_byte`."""
     rows = []
     for name, run in runs.items():
         for r in run.get("results", []):
@@ -248,17 +261,12 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
                 raise ValueError(f"{name} has no measured goodput: give the links' rate")
             n = int(r.get("world") or run["meta"]["world"])
             measured = r[backend]["time_us"] * 1e-6
-            # "torus", "bruck (radix 3)", "ring in 16 pieces": the algorithm
-            # of the (first) pieces, priced as one buffer of it; for these
-            # bandwidth-bound rows allreduce_seconds' piece pricing differs
-            # by at most 0.7 % (the fourth box round's 64 MiB rows). The wire
-            # paths are not modelled.
             recorded = str(r[backend].get("algorithm", "ring"))
-            if "wire" in recorded:
+            if "wire" in recorded:  # the wire paths are not modelled
                 continue
-            algorithm = recorded.split(" ")[0]
-            predicted = _C.predict_seconds("allreduce", algorithm, r["bytes"], n,
-                                           _network(alpha_us, overhead_us, beta))
+            parts, names = recorded_pieces(recorded, r["bytes"], run["meta"].get("env", {}), name)
+            predicted, _ = pieces_seconds(parts, names, n, _network(alpha_us, overhead_us, beta))
+            algorithm = recorded.split(" ")[0] if len(parts) == 1 else recorded
             rows.append({"file": name, "world": n, "bytes": r["bytes"], "algorithm": algorithm, "measured_s": measured,
                          "predicted_s": predicted, "error": predicted / measured - 1,
                          "goodput_GBps": 1.0 / beta, "goodput_measured": bool(goodput)})
@@ -267,11 +275,41 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
     return sorted(rows, key=lambda x: (x["world"], x["bytes"]))
 
 
+# How a run's MCCL cut its all-reduces; a file records them in meta.env when set.
+_PIECE_SETTINGS = ("MCCL_PIECE_BYTES", "MCCL_INFLIGHT_OPS")
+_PIECES = re.compile(r"(?P<first>.+?) in (?P<count>[1-9][0-9]*) pieces(?: and (?P<last>.+) for the last)?")
+
+
+def recorded_pieces(recorded: str, nbytes: int, run_env: dict, where: str) -> tuple[list[int], list[str]]:
+    """The pieces (bytes) and their algorithms of an all-reduce that
+    mccl-bench recorded as `recorded` ("torus", "bruck (radix 3)", "ring in
+    16 pieces", "torus in 15 pieces and ring for the last"), cut by this
+    process's MCCL_PIECE_BYTES, which must be the run's (`run_env`, its
+    meta.env) and must cut `nbytes` into the recorded count; MCCL_INFLIGHT_OPS
+    must be the run's too."""
+    m = _PIECES.fullmatch(recorded)
+    if m is None:
+        return [nbytes], [recorded.split(" ")[0]]
+    for key in _PIECE_SETTINGS:
+        if run_env.get(key) != os.environ.get(key):
+            raise ValueError(f"{where} was measured with {key}={run_env.get(key, '(unset)')} and this "
+                             f"process has {key}={os.environ.get(key, '(unset)')}: run mccl plan with the "
+                             f"run's setting to price its pieces")
+    k = int(m["count"])
+    names = [m["first"].split(" ")[0]] * k + ([m["last"].split(" ")[0]] if m["last"] else [])
+    parts = pieces(nbytes)
+    if len(parts) != len(names):
+        raise ValueError(f"{where}: {recorded!r} is {len(names)} pieces, but this process's "
+                         f"MCCL_PIECE_BYTES cuts {nbytes} bytes into {len(parts)}")
+    return parts, names
+
+
 def render_collective_validation(rows: list[dict]) -> str:
-    lines = [f"{'N':>3} {'size':>8} {'algorithm':>10} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>7}  goodput"]
+    w = max([10] + [len(r.get("algorithm", "ring")) for r in rows])
+    lines = [f"{'N':>3} {'size':>8} {'algorithm':>{w}} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>7}  goodput"]
     for r in rows:
         size = f"{r['bytes'] / 2**20:g} MiB"
-        lines.append(f"{r['world']:>3} {size:>8} {r.get('algorithm', 'ring'):>10} {r['measured_s'] * 1000:>14.1f} {r['predicted_s'] * 1000:>15.1f} "
+        lines.append(f"{r['world']:>3} {size:>8} {r.get('algorithm', 'ring'):>{w}} {r['measured_s'] * 1000:>14.1f} {r['predicted_s'] * 1000:>15.1f} "
                      f"{100 * r['error']:>+6.1f}%  {r['goodput_GBps']:.4f} GB/s "
                      f"({'measured' if r['goodput_measured'] else 'given'}; {r['file']})")
     return "\n".join(lines)

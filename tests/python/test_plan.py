@@ -344,11 +344,42 @@ def test_validate_collectives_prices_the_algorithm_that_ran():
     assert rows["old"]["predicted_s"] == pytest.approx(plan.ring_seconds(64 << 20, 24, 30.0, 10.0, beta))
     assert rows["new"]["predicted_s"] != pytest.approx(rows["old"]["predicted_s"], rel=1e-6)
     assert "torus" in plan.render_collective_validation(list(rows.values()))
-    # Pieces are priced as one buffer of their algorithm; wire paths are not modelled.
+    # Recorded pieces are priced as pieces (as mccl plan prices the buckets
+    # it projects); wire paths are not modelled.
     pieces = dict(old, mccl={"time_us": 1.1e6, "algorithm": "ring in 16 pieces"})
+    mixed = dict(old, bytes=(64 << 20) + 4096, mccl={"time_us": 1.1e6, "algorithm": "torus in 16 pieces and ring for the last"})
     wire = dict(old, mccl={"time_us": 0.6e6, "algorithm": "bf16 wire, ring"})
-    more = plan.validate_collectives({"p": {"meta": {"world": 24}, "results": [pieces, wire]}}, 30.0, 10.0, None)
-    assert [(r["algorithm"], r["predicted_s"]) for r in more] == [("ring", rows["old"]["predicted_s"])]
+    more = plan.validate_collectives({"p": {"meta": {"world": 24}, "results": [pieces, mixed, wire]}}, 30.0, 10.0, None)
+    assert [r["algorithm"] for r in more] == ["ring in 16 pieces", "torus in 16 pieces and ring for the last"]
+    assert more[0]["predicted_s"] == pytest.approx(
+        plan.pieces_seconds([4 << 20] * 16, ["ring"] * 16, 24, model)[0])
+    assert more[1]["predicted_s"] == pytest.approx(
+        plan.pieces_seconds([4 << 20] * 16 + [4096], ["torus"] * 16 + ["ring"], 24, model)[0])
+    # The ring's pieces keep the links busy: their busy time plus one
+    # piece's latency is the whole buffer's ring.
+    assert more[0]["predicted_s"] == pytest.approx(rows["old"]["predicted_s"], rel=1e-9)
+
+
+def test_validate_collectives_refuses_pieces_it_cannot_reproduce(monkeypatch):
+    row = {"op": "all_reduce", "bytes": 64 << 20, "world": 24, "goodput_GBps": 0.1184,
+           "mccl": {"time_us": 1.1e6, "algorithm": "ring in 16 pieces"}}
+    run = {"meta": {"world": 24}, "results": [row]}
+    # The run's own settings, in its meta.env, must be this process's.
+    with pytest.raises(ValueError, match=r"MCCL_PIECE_BYTES=8M and this process has MCCL_PIECE_BYTES=\(unset\)"):
+        plan.validate_collectives({"r": dict(run, meta={"world": 24, "env": {"MCCL_PIECE_BYTES": "8M"}})}, 30.0, 10.0, None)
+    # A count the settings do not cut the buffer into.
+    monkeypatch.setenv("MCCL_PIECE_BYTES", "8M")
+    with pytest.raises(ValueError, match="'ring in 16 pieces' is 16 pieces, but .* into 8"):
+        plan.validate_collectives({"r": {"meta": {"world": 24, "env": {"MCCL_PIECE_BYTES": "8M"}},
+                                         "results": [row]}}, 30.0, 10.0, None)
+    # The same run is priced once the settings agree (8 pieces recorded).
+    ok = dict(row, mccl={"time_us": 1.1e6, "algorithm": "ring in 8 pieces"})
+    rows = plan.validate_collectives({"r": {"meta": {"world": 24, "env": {"MCCL_PIECE_BYTES": "8M"}},
+                                            "results": [ok]}}, 30.0, 10.0, None)
+    assert rows[0]["algorithm"] == "ring in 8 pieces"
+    with pytest.raises(ValueError, match="MCCL_INFLIGHT_OPS=4"):
+        plan.validate_collectives({"r": {"meta": {"world": 24, "env": {"MCCL_PIECE_BYTES": "8M", "MCCL_INFLIGHT_OPS": "4"}},
+                                         "results": [ok]}}, 30.0, 10.0, None)
 
 
 def test_validate_collectives_cli(tmp_path):
@@ -361,3 +392,11 @@ def test_validate_collectives_cli(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate-collectives", str(f)],
                        capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HOME": str(tmp_path)})
     assert p.returncode == 2 and "no measured goodput" in p.stderr, p.stdout + p.stderr
+    # A file of several runs ({"runs": {...}}, as docs/data keeps them):
+    # each run's rows, named by file and run, its pieces priced as pieces.
+    box = f.parent / "box4_allreduce64m_h200.json"
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate-collectives", str(box),
+                        "--alpha-us", "30"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert " 48   64 MiB  ring in 16 pieces         1102.3          1106.5   +0.4%" in p.stdout, p.stdout
+    assert "box4_allreduce64m_h200.json:call4_48_auto_fitted" in p.stdout, p.stdout
