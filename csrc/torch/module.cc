@@ -1,5 +1,6 @@
 // mccl._C: the Python binding. Registration with torch.distributed happens
 // in python/mccl/__init__.py, which calls ProcessGroupMCCL's constructor.
+#include <map>
 #include <optional>
 
 #include <pybind11/chrono.h>
@@ -303,23 +304,41 @@ PYBIND11_MODULE(_C, m) {
       "The algorithm a group of n ranks chooses for `op` on `bytes` under this cost model");
   m.def(
       "piece_settings",
-      [] {
-        // How this process's groups cut a large all_reduce (MCCL_PIECE_BYTES,
-        // parsed as group creation parses it) and how many of its pieces may
-        // be on the wire at once (MCCL_INFLIGHT_OPS).
-        const mccl::CommConfig cfg = mccl::CommConfig::fromEnv(0, 1);
-        return py::make_tuple(static_cast<int64_t>(cfg.pieceBytes), static_cast<int64_t>(cfg.inflightOps));
+      [](std::optional<std::map<std::string, std::string>> settings) {
+        // How groups cut a large all_reduce (MCCL_PIECE_BYTES) and how many
+        // of its pieces may be on the wire at once (MCCL_INFLIGHT_OPS):
+        // this process's, parsed as group creation parses them, or those of
+        // `settings` (a run's recorded MCCL_* values; absent or empty: the
+        // default), parsed and range-checked the same way.
+        if (!settings) {
+          const mccl::CommConfig cfg = mccl::CommConfig::fromEnv(0, 1);
+          return std::make_pair(static_cast<int64_t>(cfg.pieceBytes), static_cast<int64_t>(cfg.inflightOps));
+        }
+        auto read = [&](const auto& spec) -> int64_t {
+          const auto it = settings->find(spec.env);
+          if (it == settings->end() || it->second.empty()) return spec.def;
+          const int64_t v = mccl::parseSize(it->second, spec.env);
+          mccl::params::checkRange(spec, v);
+          return v;
+        };
+        namespace spec = mccl::params::spec;
+        const int64_t piece = read(spec::pieceBytes), lanes = read(spec::inflightOps);
+        if (piece != 0 && piece < 1024) {
+          throw py::value_error("MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got " + std::to_string(piece));
+        }
+        return std::make_pair(piece, lanes);
       },
-      "(piece_bytes, inflight_ops) of this process's MCCL_* settings");
+      py::arg("settings") = py::none(),
+      "(piece_bytes, inflight_ops) of this process's MCCL_* settings, or of `settings` (name -> value)");
   m.def(
       "piece_elements",
-      [](size_t nbytes, size_t elementSize) {
+      [](size_t nbytes, size_t elementSize, std::optional<size_t> pieceBytes) {
         if (elementSize == 0) throw py::value_error("piece_elements: element_size must be positive");
-        return ProcessGroupMCCL::pieceElementsFor(mccl::CommConfig::fromEnv(0, 1).pieceBytes, nbytes,
-                                                  elementSize);
+        return ProcessGroupMCCL::pieceElementsFor(
+            pieceBytes ? *pieceBytes : mccl::CommConfig::fromEnv(0, 1).pieceBytes, nbytes, elementSize);
       },
-      py::arg("nbytes"), py::arg("element_size"),
-      "Elements per piece of an all_reduce of `nbytes` (this process's MCCL_PIECE_BYTES), as a group "
-      "cuts it; 0 when it runs whole");
+      py::arg("nbytes"), py::arg("element_size"), py::arg("piece_bytes") = py::none(),
+      "Elements per piece of an all_reduce of `nbytes` as a group cuts it (under this process's "
+      "MCCL_PIECE_BYTES, or `piece_bytes`); 0 when it runs whole");
   m.attr("built_with_torch") = TORCH_VERSION;
 }

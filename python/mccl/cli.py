@@ -106,7 +106,12 @@ def _plan(a) -> int:
                 data = json.load(f)
             # A file of several runs ({"runs": {name: mccl-bench JSON}}, as
             # docs/data keeps them) gives each run its own rows.
-            for key, run in (data["runs"].items() if "runs" in data else [(None, data)]):
+            many = isinstance(data, dict) and isinstance(data.get("runs"), dict)
+            for key, run in (data["runs"].items() if many else [(None, data)]):
+                if not isinstance(run, dict):
+                    print(f"mccl plan --validate-collectives: {path}{f' (run {key})' if key else ''} "
+                          f"is not a mccl-bench --json file", file=sys.stderr)
+                    return 2
                 runs[os.path.basename(path) + (f":{key}" if key else "")] = run
         try:
             rows = plan.validate_collectives(runs, alpha, over, beta, a.min_bytes, a.backend)

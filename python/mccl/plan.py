@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -105,12 +104,18 @@ def allreduce_seconds(nbytes: float, n: int, alpha_us: float, overhead_us: float
     return pieces_seconds(parts, [names[p] for p in parts], n, model)
 
 
-def pieces_seconds(parts: list[int], names: list[str], n: int, model: dict) -> tuple[float, str]:
+def pieces_seconds(parts: list[int], names: list[str], n: int, model: dict,
+                   lanes: int | None = None) -> tuple[float, str]:
     """An all-reduce run as `parts` (bytes; one part: the whole buffer), part
-    i by algorithm names[i], on n ranks under the cost model `model`: its
+    i by algorithm names[i] (one algorithm for all but the last, as MCCL
+    cuts them), on n ranks under the cost model `model`, `lanes` of them on
+    the wire at once (default: this process's MCCL_INFLIGHT_OPS): its
     predicted seconds and its name as mccl-bench records it ("ring", "torus
     in 6 pieces", "torus in 6 pieces and recursive_multiplying for the
-    last"). Pieces: see allreduce_seconds; MCCL_INFLIGHT_OPS of this process."""
+    last"). Pieces: see allreduce_seconds."""
+    if not parts or len(names) != len(parts) or len(set(names[:-1])) > 1:
+        raise ValueError(f"pieces_seconds: {len(parts)} pieces named {names}: expected one algorithm "
+                         f"for every piece but the last")
     # A piece's network latency (alpha per step): what another piece on the
     # wire can hide. Its wire time and its CPU time per message, which the
     # model lets overlap each other (max(2o, bytes x beta) per step), use
@@ -124,23 +129,26 @@ def pieces_seconds(parts: list[int], names: list[str], n: int, model: dict) -> t
     keys = list(zip(parts, names))
     if len(keys) == 1:
         return priced[keys[0]][0], names[0]
-    _, lanes = _C.piece_settings()
+    if lanes is None:
+        _, lanes = _C.piece_settings()
     total = sum(priced[k][0] for k in keys)
     busy = sum(priced[k][0] - priced[k][1] for k in keys)
     latency = max(priced[k][1] for k in keys)
     seconds = max(busy + latency, total / min(lanes, len(keys)))
     first, last = names[0], names[-1]
-    if names[:-1] == [first] * (len(names) - 1) and first == last:
+    if first == last:
         return seconds, f"{first} in {len(parts)} pieces"
     return seconds, f"{first} in {len(parts) - 1} pieces and {last} for the last"
 
 
-def pieces(nbytes: int) -> list[int]:
-    """The pieces (bytes) MCCL's torch backend cuts a float32 all_reduce of
-    `nbytes` into: whole groups of 256 elements of MCCL_PIECE_BYTES each,
-    the rest in the last, once the buffer holds at least two pieces' worth
-    (the backend's own rule: ProcessGroupMCCL::pieceElementsFor); else one."""
-    per = 4 * _C.piece_elements(nbytes, 4)
+def pieces(nbytes: int, element_size: int = 4, piece_bytes: int | None = None) -> list[int]:
+    """The pieces (bytes) MCCL's torch backend cuts an all_reduce of `nbytes`
+    (elements of `element_size` bytes; float32 by default) into: whole groups
+    of 256 elements of MCCL_PIECE_BYTES (this process's, or `piece_bytes`)
+    each, the rest in the last, once the buffer holds at least two pieces'
+    worth (the backend's own rule: ProcessGroupMCCL::pieceElementsFor); else
+    one."""
+    per = element_size * _C.piece_elements(nbytes, element_size, piece_bytes)
     if per == 0:
         return [nbytes]
     k = -(-nbytes // per)
@@ -247,8 +255,9 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
     of) against measured all_reduce times: every all_reduce row of at least
     `min_bytes` in each ``mccl-bench --json`` file of `runs` (name -> its
     JSON), priced for the algorithm the row records MCCL ran (files from
-    before mccl-bench recorded it: the ring), its pieces as allreduce_seconds
-    prices them (recorded_pieces). The links' rate is the file's measured
+    before mccl-bench recorded it: the one their MCCL_ALGO forced, else the
+    ring), its pieces as allreduce_seconds prices them (recorded_pieces,
+    under the run's own piece settings). The links' rate is the file's measured
     goodput where it has one, else `beta_ns_per_byte`."""
     rows = []
     for name, run in runs.items():
@@ -259,13 +268,16 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
             beta = 1.0 / goodput if goodput else beta_ns_per_byte
             if beta is None:
                 raise ValueError(f"{name} has no measured goodput: give the links' rate")
-            n = int(r.get("world") or run["meta"]["world"])
+            meta = run.get("meta", {})
+            if not (r.get("world") or meta.get("world")):
+                raise ValueError(f"{name}: an all_reduce row without a world size")
+            n = int(r.get("world") or meta["world"])
             measured = r[backend]["time_us"] * 1e-6
-            recorded = str(r[backend].get("algorithm", "ring"))
+            recorded = str(r[backend].get("algorithm") or _forced_allreduce(meta) or "ring")
             if "wire" in recorded:  # the wire paths are not modelled
                 continue
-            parts, names = recorded_pieces(recorded, r["bytes"], run["meta"].get("env", {}), name)
-            predicted, _ = pieces_seconds(parts, names, n, _network(alpha_us, overhead_us, beta))
+            parts, names, lanes = recorded_pieces(recorded, r["bytes"], meta, name)
+            predicted, _ = pieces_seconds(parts, names, n, _network(alpha_us, overhead_us, beta), lanes)
             algorithm = recorded.split(" ")[0] if len(parts) == 1 else recorded
             rows.append({"file": name, "world": n, "bytes": r["bytes"], "algorithm": algorithm, "measured_s": measured,
                          "predicted_s": predicted, "error": predicted / measured - 1,
@@ -278,30 +290,48 @@ def validate_collectives(runs: dict[str, dict], alpha_us: float, overhead_us: fl
 # How a run's MCCL cut its all-reduces; a file records them in meta.env when set.
 _PIECE_SETTINGS = ("MCCL_PIECE_BYTES", "MCCL_INFLIGHT_OPS")
 _PIECES = re.compile(r"(?P<first>.+?) in (?P<count>[1-9][0-9]*) pieces(?: and (?P<last>.+) for the last)?")
+_ELEMENT_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+                  "int16": 2, "int8": 1, "uint8": 1}
 
 
-def recorded_pieces(recorded: str, nbytes: int, run_env: dict, where: str) -> tuple[list[int], list[str]]:
-    """The pieces (bytes) and their algorithms of an all-reduce that
-    mccl-bench recorded as `recorded` ("torus", "bruck (radix 3)", "ring in
-    16 pieces", "torus in 15 pieces and ring for the last"), cut by this
-    process's MCCL_PIECE_BYTES, which must be the run's (`run_env`, its
-    meta.env) and must cut `nbytes` into the recorded count; MCCL_INFLIGHT_OPS
-    must be the run's too."""
+def _forced_allreduce(meta: dict) -> str | None:
+    """The all-reduce algorithm a run's MCCL_ALGO forced (meta.env), if any."""
+    for item in str(meta.get("env", {}).get("MCCL_ALGO", "")).split(","):
+        op, _, name = item.strip().partition("=")
+        if op.strip() == "allreduce" and name.strip():
+            return name.strip()
+    return None
+
+
+def recorded_pieces(recorded: str, nbytes: int, meta: dict, where: str) -> tuple[list[int], list[str], int]:
+    """The pieces (bytes), their algorithms and the lanes (pieces on the wire
+    at once) of an all-reduce of `nbytes` that mccl-bench recorded as
+    `recorded` ("torus", "bruck (radix 3)", "ring in 16 pieces", "torus in 15
+    pieces and ring for the last"), cut as the run cut it: under the
+    MCCL_PIECE_BYTES and MCCL_INFLIGHT_OPS of its meta.env (absent: the
+    defaults) and its dtype. A label that names pieces the run's settings do
+    not give is an error, as is one that cannot be read."""
+    env = meta.get("env", {})
+    settings = {k: str(env[k]) for k in _PIECE_SETTINGS if k in env}
+    try:
+        piece_bytes, lanes = _C.piece_settings(settings)
+    except Exception as e:  # a malformed recorded setting
+        raise ValueError(f"{where}: {e}") from None
     m = _PIECES.fullmatch(recorded)
     if m is None:
-        return [nbytes], [recorded.split(" ")[0]]
-    for key in _PIECE_SETTINGS:
-        if run_env.get(key) != os.environ.get(key):
-            raise ValueError(f"{where} was measured with {key}={run_env.get(key, '(unset)')} and this "
-                             f"process has {key}={os.environ.get(key, '(unset)')}: run mccl plan with the "
-                             f"run's setting to price its pieces")
+        if " pieces" in recorded:
+            raise ValueError(f"{where}: cannot read the recorded algorithm {recorded!r}")
+        return [nbytes], [recorded.split(" ")[0]], lanes
     k = int(m["count"])
     names = [m["first"].split(" ")[0]] * k + ([m["last"].split(" ")[0]] if m["last"] else [])
-    parts = pieces(nbytes)
+    dtype = meta.get("dtype", "float32")
+    if dtype not in _ELEMENT_BYTES:
+        raise ValueError(f"{where}: unknown dtype {dtype!r} of a run in pieces")
+    parts = pieces(nbytes, _ELEMENT_BYTES[dtype], piece_bytes)
     if len(parts) != len(names):
-        raise ValueError(f"{where}: {recorded!r} is {len(names)} pieces, but this process's "
-                         f"MCCL_PIECE_BYTES cuts {nbytes} bytes into {len(parts)}")
-    return parts, names
+        raise ValueError(f"{where}: {recorded!r} is {len(names)} pieces, but the run's MCCL_PIECE_BYTES "
+                         f"({piece_bytes}) cuts {nbytes} bytes of {dtype} into {len(parts)}")
+    return parts, names, lanes
 
 
 def render_collective_validation(rows: list[dict]) -> str:

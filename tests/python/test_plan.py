@@ -360,26 +360,60 @@ def test_validate_collectives_prices_the_algorithm_that_ran():
     assert more[0]["predicted_s"] == pytest.approx(rows["old"]["predicted_s"], rel=1e-9)
 
 
-def test_validate_collectives_refuses_pieces_it_cannot_reproduce(monkeypatch):
+def test_validate_collectives_cuts_pieces_as_the_run_did(monkeypatch):
+    from mccl import _C
     row = {"op": "all_reduce", "bytes": 64 << 20, "world": 24, "goodput_GBps": 0.1184,
-           "mccl": {"time_us": 1.1e6, "algorithm": "ring in 16 pieces"}}
-    run = {"meta": {"world": 24}, "results": [row]}
-    # The run's own settings, in its meta.env, must be this process's.
-    with pytest.raises(ValueError, match=r"MCCL_PIECE_BYTES=8M and this process has MCCL_PIECE_BYTES=\(unset\)"):
-        plan.validate_collectives({"r": dict(run, meta={"world": 24, "env": {"MCCL_PIECE_BYTES": "8M"}})}, 30.0, 10.0, None)
-    # A count the settings do not cut the buffer into.
-    monkeypatch.setenv("MCCL_PIECE_BYTES", "8M")
-    with pytest.raises(ValueError, match="'ring in 16 pieces' is 16 pieces, but .* into 8"):
-        plan.validate_collectives({"r": {"meta": {"world": 24, "env": {"MCCL_PIECE_BYTES": "8M"}},
-                                         "results": [row]}}, 30.0, 10.0, None)
-    # The same run is priced once the settings agree (8 pieces recorded).
-    ok = dict(row, mccl={"time_us": 1.1e6, "algorithm": "ring in 8 pieces"})
-    rows = plan.validate_collectives({"r": {"meta": {"world": 24, "env": {"MCCL_PIECE_BYTES": "8M"}},
-                                            "results": [ok]}}, 30.0, 10.0, None)
-    assert rows[0]["algorithm"] == "ring in 8 pieces"
-    with pytest.raises(ValueError, match="MCCL_INFLIGHT_OPS=4"):
-        plan.validate_collectives({"r": {"meta": {"world": 24, "env": {"MCCL_PIECE_BYTES": "8M", "MCCL_INFLIGHT_OPS": "4"}},
-                                         "results": [ok]}}, 30.0, 10.0, None)
+           "mccl": {"time_us": 1.1e6, "algorithm": "torus in 16 pieces"}}
+
+    def priced(env, label="torus in 16 pieces", dtype=None):
+        meta = {"world": 24, "env": env, **({"dtype": dtype} if dtype else {})}
+        run = {"meta": meta, "results": [dict(row, mccl={"time_us": 1.1e6, "algorithm": label})]}
+        return plan.validate_collectives({"r": run}, 30.0, 10.0, None)[0]["predicted_s"]
+
+    # The run's settings, however they were written, not this process's.
+    default = priced({})
+    monkeypatch.setenv("MCCL_PIECE_BYTES", "1M")
+    monkeypatch.setenv("MCCL_INFLIGHT_OPS", "7")
+    for same in ({"MCCL_PIECE_BYTES": "4M"}, {"MCCL_PIECE_BYTES": "4194304"}, {"MCCL_PIECE_BYTES": ""},
+                 {"MCCL_INFLIGHT_OPS": "2"}):
+        assert priced(same) == pytest.approx(default, rel=1e-12), same
+    # Another cut and other lanes give other prices.
+    model = {"alpha_us": 30.0, "overhead_us": 10.0, "beta_ns_per_byte": 1 / 0.1184, "gamma_ns_per_byte": 0.0}
+    eight = priced({"MCCL_PIECE_BYTES": "8M"}, "torus in 8 pieces")
+    assert eight == pytest.approx(plan.pieces_seconds([8 << 20] * 8, ["torus"] * 8, 24, model, lanes=2)[0])
+    assert eight != pytest.approx(default, rel=1e-4)
+    one_lane = priced({"MCCL_INFLIGHT_OPS": "1"})
+    assert one_lane == pytest.approx(plan.pieces_seconds([4 << 20] * 16, ["torus"] * 16, 24, model, lanes=1)[0])
+    assert one_lane > default
+    # float64: 2 MiB pieces are 256-element groups either way; 64 MiB in 8 MiB pieces of doubles.
+    assert priced({"MCCL_PIECE_BYTES": "8M"}, "torus in 8 pieces", "float64") == pytest.approx(eight)
+    # A recorded count the run's settings do not give, a label that cannot be
+    # read, a malformed recorded setting: errors naming the run.
+    with pytest.raises(ValueError, match=r"r: 'torus in 16 pieces' is 16 pieces, but the run's MCCL_PIECE_BYTES \(8388608\) cuts"):
+        priced({"MCCL_PIECE_BYTES": "8M"})
+    with pytest.raises(ValueError, match="cannot read the recorded algorithm 'torus in 016 pieces'"):
+        priced({}, "torus in 016 pieces")
+    with pytest.raises(ValueError, match="r: .*MCCL_PIECE_BYTES=4X"):
+        priced({"MCCL_PIECE_BYTES": "4X"})
+    with pytest.raises(ValueError, match="unknown dtype 'complex64'"):
+        priced({}, dtype="complex64")
+    # Files from before the record: the algorithm MCCL_ALGO forced.
+    old = {"op": "all_reduce", "bytes": 1 << 20, "world": 24, "goodput_GBps": 0.1184, "mccl": {"time_us": 2e4}}
+    forced = plan.validate_collectives({"f": {"meta": {"world": 24, "env": {"MCCL_ALGO": "broadcast=chain, allreduce=torus"}},
+                                               "results": [old]}}, 30.0, 10.0, None)[0]
+    assert forced["algorithm"] == "torus"
+    assert forced["predicted_s"] == pytest.approx(_C.predict_seconds("allreduce", "torus", 1 << 20, 24, model))
+    # No meta at all: the row's own world size.
+    assert plan.validate_collectives({"m": {"results": [old]}}, 30.0, 10.0, None)[0]["algorithm"] == "ring"
+
+
+def test_pieces_seconds_refuses_names_mccl_cannot_run():
+    model = {"alpha_us": 30.0, "overhead_us": 10.0, "beta_ns_per_byte": 8.0, "gamma_ns_per_byte": 0.0}
+    assert plan.pieces_seconds([4 << 20] * 3, ["ring", "ring", "torus"], 24, model, 2)[1] == \
+        "ring in 2 pieces and torus for the last"
+    for names in (["ring", "torus", "torus"], ["ring", "torus"], []):
+        with pytest.raises(ValueError, match="one algorithm for every piece but the last"):
+            plan.pieces_seconds([4 << 20] * 3, names, 24, model, 2)
 
 
 def test_validate_collectives_cli(tmp_path):
@@ -400,3 +434,9 @@ def test_validate_collectives_cli(tmp_path):
     assert p.returncode == 0, p.stderr
     assert " 48   64 MiB  ring in 16 pieces         1102.3          1106.5   +0.4%" in p.stdout, p.stdout
     assert "box4_allreduce64m_h200.json:call4_48_auto_fitted" in p.stdout, p.stdout
+    # A file whose runs are not mccl-bench --json files: a clean refusal.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"runs": {"a": [1, 2]}}))
+    p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--validate-collectives", str(bad),
+                        "--link-gbit", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "(run a) is not a mccl-bench --json file" in p.stderr, p.stdout + p.stderr
