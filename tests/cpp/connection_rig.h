@@ -105,12 +105,13 @@ struct Rig {
 
   // localReads > 0: the connection offers same-host reads from that size,
   // with session key `key`.
-  // `setup` runs on the connection before it starts.
+  // `setup` runs on the connection before it starts. Frames of at most
+  // `inlineBytes` may be written by the posting thread (0: none).
   explicit Rig(size_t localReads = 0, const Digest& key = Digest{},
-               const std::function<void(Connection&)>& setup = nullptr) {
+               const std::function<void(Connection&)>& setup = nullptr, size_t inlineBytes = 0) {
     auto [mine, theirs] = socketPair();
     fake = std::move(theirs);
-    conn = std::make_unique<Connection>(std::move(mine), 1, sink, 1u << 20, 0,
+    conn = std::make_unique<Connection>(std::move(mine), 1, sink, 1u << 20, inlineBytes,
                                         "connection to rank 1 (fake)");
     if (localReads > 0) {
       FrameHeader tmpl;

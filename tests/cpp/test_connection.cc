@@ -92,6 +92,74 @@ TEST(FakePeer, ExitWithoutGoodbye) {
   EXPECT_NE(err.find("without shutting down"), std::string::npos) << err;
 }
 
+// A SendCallback that records its one call.
+struct RecordingCallback : SendCallback {
+  void sendDone(const Error* err) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ++calls;
+    error = err ? err->what() : "";
+  }
+  std::mutex mu;
+  int calls = 0;
+  std::string error;
+};
+
+// The posting thread writes the first part of a large frame itself (the
+// fake peer reads nothing, so the socket takes only part), and the
+// connection fails before that thread can hand the rest to the send
+// thread. The frame must fail with the connection, at once: queued behind
+// a send thread that has left, it would wait for close().
+TEST(InlineWrite, PartlyWrittenFrameFailsWithTheConnection) {
+  RecordingCallback cb;  // outlives the rig
+  Rig* self = nullptr;
+  int windows = 0;
+  Rig rig(0, Digest{}, [&](Connection& c) {
+    c.setAfterInlineWriteForTesting([&] {
+      if (windows++ > 0) return;
+      self->fake.close();  // the peer exits: the receive thread fails the link
+      EXPECT_NE(self->sink.waitEnd().find("connection to rank 1"), std::string::npos);
+    });
+  }, size_t{64} << 20);
+  self = &rig;
+  std::vector<uint8_t> payload(size_t{32} << 20, 7);
+  FrameHeader h = dataHeader(static_cast<uint32_t>(payload.size()));
+  h.src = 0;
+  SendFrame f;
+  encodeFrame(h, f.header);
+  f.payload = payload.data();
+  f.length = payload.size();
+  f.cb = &cb;
+  rig.conn->post(f);
+  EXPECT_EQ(windows, 1) << "the frame was not written by the posting thread";
+  std::lock_guard<std::mutex> lock(cb.mu);
+  EXPECT_EQ(cb.calls, 1) << "the partly written frame was left queued on a failed connection";
+  EXPECT_NE(cb.error.find("connection to rank 1"), std::string::npos) << cb.error;
+}
+
+// start() runs under its caller's locks (Peers::adopt holds the peer's):
+// it never writes on the caller's thread, where a failed write would
+// report through the sink. Its same-host hello goes by the send thread.
+TEST(InlineWrite, StartNeverWritesOnTheCallersThread) {
+  std::atomic<int> inlineWrites{0};
+  Rig rig(1024, Digest{}, [&](Connection& c) {
+    c.setAfterInlineWriteForTesting([&] { ++inlineWrites; });
+  }, size_t{1} << 20);
+  EXPECT_EQ(inlineWrites.load(), 0);
+  uint8_t probe[kLocalHelloBytes];
+  std::string unavailable;
+  if (offerLocalReads(Digest{}, probe, &unavailable) == nullptr) {
+    GTEST_SKIP() << "no same-host reads here, so no hello to send: " << unavailable;
+  }
+  {
+    uint8_t raw[kFrameHeaderBytes];
+    ASSERT_TRUE(rig.fake.recvAll(raw, sizeof(raw), Deadline::after(5s)));
+    FrameHeader h;
+    std::string why;
+    ASSERT_TRUE(decodeFrame(raw, 1u << 20, &h, &why)) << why;
+    EXPECT_EQ(h.type, FrameType::kLocalHello);
+  }
+}
+
 TEST(Checksum, KnownVectorsAndTheFastPathAgree) {
   const char* nine = "123456789";
   EXPECT_EQ(crc32c(nine, 9), 0xE3069283u);  // RFC 3720, appendix B.4

@@ -174,6 +174,46 @@ TEST(Shrink, EarlyFramesWaitForTheLateRank) {
   });
 }
 
+// A peer shrinks and sends on the new group, but this rank shuts down
+// instead of shrinking: its receive thread, held for the group it will not
+// make, lets go, so shutting down does not wait out the group timeout.
+TEST(Shrink, ShuttingDownInsteadOfShrinkingDoesNotWaitForTheTimeout) {
+  const int n = 3;
+  std::atomic<bool> sent{false}, closed{false};
+  runRanks(n, [&](Communicator& comm) {
+    checkSum(comm, 64, 0, {0, 1, 2});
+    if (comm.rank() == 2) {  // excluded; stays until rank 0 is down
+      while (!closed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    if (comm.rank() == 0) {
+      while (!sent.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1's frames are here
+      const auto t0 = Clock::now();
+      comm.shutdown();
+      const auto took = Clock::now() - t0;
+      closed = true;
+      EXPECT_LT(took, std::chrono::seconds(10)) << "shutdown waited for the 30 s group timeout";
+      return;
+    }
+    auto child = comm.shrink({2}, false, "early");
+    std::vector<int64_t> buf(1024, 1);
+    AllreduceOptions o;
+    o.buf = buf.data();
+    o.count = buf.size();
+    o.dtype = DataType::kInt64;
+    auto work = allreduce(*child, o);
+    sent = true;
+    try {
+      work->wait();
+      ADD_FAILURE() << "an all-reduce with a rank that shut down completed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+    }
+    child->shutdown();
+  }, [](CommConfig& c) { c.timeout = std::chrono::seconds(30); });
+}
+
 // Bad arguments are refused before anything changes; the group stays usable.
 TEST(Shrink, BadArgumentsLeaveTheGroupUsable) {
   runRanks(3, [&](Communicator& comm) {

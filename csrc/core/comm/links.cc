@@ -100,7 +100,8 @@ LinkOwner* Links::acquire(uint64_t group, bool wait) {
       ++busy_;
       return owner_;
     }
-    if (retired_.count(group) != 0) return nullptr;
+    // Closing: a group this rank will not make, or a retired one (drop).
+    if (retired_.count(group) != 0 || closing_) return nullptr;
     if (group != successorGroupId(group_) || !wait) break;
     // A peer has shrunk this group already and sends on the new one: hold
     // this connection until this rank shrinks too.
@@ -206,6 +207,13 @@ void Links::connectionEnded(Connection& c, const Error* err) {
 }
 
 void Links::close(bool graceful, const FrameHeader& tmpl, Deadline grace, const Error* why) {
+  {
+    // A receive thread held for the successor group (a peer shrank, this
+    // rank shuts down instead) lets go, so closing can join it.
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
   peers_.stopAccepting();
   if (listener_) listener_->stop();
   peers_.closeAll(graceful, tmpl, grace, why);

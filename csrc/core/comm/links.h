@@ -13,7 +13,7 @@
 //   - frames of the owner's successor (a peer that shrank first and sends
 //     on the new group already): the receive thread waits until this rank
 //     shrinks too (TCP back-pressure holds the rest), or fails the link
-//     after the group timeout.
+//     after the group timeout, or drops it once this rank closes instead.
 //
 // Threads: FrameSink methods on connection receive threads; the listener's
 // thread adopts; setOwner()/handover() on the thread that creates or
@@ -102,8 +102,9 @@ class Links final : public FrameSink {
 
  private:
   // The owner for a frame of `group`, marked busy (release with done()), or
-  // null when the group has retired (drop the frame). Waits while `group`
-  // is the successor of the current group. Throws for an unknown group.
+  // null when the group has retired or the links are closing (drop the
+  // frame). Waits while `group` is the successor of the current group.
+  // Throws for an unknown group.
   LinkOwner* acquire(uint64_t group, bool wait);
   LinkOwner* acquireCurrent();
   void done(LinkOwner* owner);
@@ -123,6 +124,7 @@ class Links final : public FrameSink {
   int oldBusy_ = 0;   // the same for the owner being handed over
   LinkOwner* old_ = nullptr;
   std::set<uint64_t> retired_;
+  bool closing_ = false;  // close() has begun: frames of groups other than the owner's are dropped
 };
 
 }  // namespace mccl

@@ -63,6 +63,15 @@ void Connection::enableSealing(bool encrypt, const Digest& sendKey, const Digest
 }
 
 void Connection::start() {
+  if (refMin_ > 0) {
+    // Queued for the send thread, never written here: the caller may hold
+    // its own locks (Peers::adopt holds the peer's), and a write failing on
+    // this thread would report the failure through the sink, which takes
+    // them again.
+    SendFrame f = localFrame(FrameType::kLocalHello, 0, helloOut_, kLocalHelloBytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(f);
+  }
   recvThread_ = std::thread([this] {
     nameThisThread("mccl-recv");
     recvLoop();
@@ -71,10 +80,9 @@ void Connection::start() {
     nameThisThread("mccl-send");
     sendLoop();
   });
-  if (refMin_ > 0) postLocal(FrameType::kLocalHello, 0, helloOut_, kLocalHelloBytes);
 }
 
-void Connection::postLocal(FrameType type, uint64_t offset, const void* payload, size_t length) {
+SendFrame Connection::localFrame(FrameType type, uint64_t offset, const void* payload, size_t length) const {
   FrameHeader h = localTmpl_;
   h.type = type;
   h.offset = offset;
@@ -83,20 +91,31 @@ void Connection::postLocal(FrameType type, uint64_t offset, const void* payload,
   encodeFrame(h, f.header);
   f.payload = payload;
   f.length = length;
-  post(f);
+  stamp(f);
+  return f;
 }
 
-void Connection::post(SendFrame frame) {
-  if (checksum_ && frame.length > 0) {
+void Connection::postLocal(FrameType type, uint64_t offset, const void* payload, size_t length) {
+  post(localFrame(type, offset, payload, length));
+}
+
+void Connection::stamp(SendFrame& frame) const {
+  if (checksum_ && frame.length > 0 && !(frame.header[kFlagsOffset] & kFlagChecksum)) {
     frame.header[kFlagsOffset] |= kFlagChecksum;
     putLE<uint32_t>(frame.header + kChecksumOffset, crc32c(frame.payload, frame.length));
   }
+}
+
+void Connection::post(SendFrame frame) {
+  stamp(frame);
   std::unique_lock<std::mutex> lock(mu_);
   if (error_ || stopping_ || closeQueued_) {
-    // A goodbye read first (its answer queued) is the cause to report.
+    // A goodbye read first (its answer queued) is the cause to report;
+    // not when this end closes (interrupt) or aborts on its own.
     Error e = error_ ? *error_
-              : peerClosed_.load() ? goodbye("this frame was sent")
-                                   : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
+              : !stopping_ && !endingAbort_ && peerClosed_.load()
+                  ? goodbye("this frame was sent")
+                  : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
     lock.unlock();
     if (frame.cb) frame.cb->sendDone(&e);
     return;
@@ -129,13 +148,26 @@ void Connection::post(SendFrame frame) {
   } catch (const Error& e) {
     err = std::make_unique<Error>(sendFailure(e));
   }
+  if (afterInlineWrite_) afterInlineWrite_();
   lock.lock();
   writing_ = false;
-  if (!err && !done) queue_.push_front(frame);  // the send thread writes the rest
+  std::unique_ptr<Error> ended;  // the connection failed or began closing during the write
+  if (!err && !done) {
+    if (error_ || stopping_) {
+      // Nobody would write the rest: the send thread has left or is
+      // leaving, and fail() emptied the queue before this frame was in it.
+      ended = std::make_unique<Error>(error_ ? *error_
+                                             : Error(ErrorKind::kAborted, strCat(name_, " is closing")));
+    } else {
+      queue_.push_front(frame);  // the send thread writes the rest
+    }
+  }
   const bool wake = !queue_.empty();
   lock.unlock();
   if (wake) cv_.notify_one();
-  if (err) {
+  if (ended) {
+    if (frame.cb) frame.cb->sendDone(ended.get());
+  } else if (err) {
     if (frame.cb) frame.cb->sendDone(err.get());
     if (!interrupted_.load()) fail(*err);
   } else if (done && frame.cb) {

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -147,6 +148,11 @@ class Connection {
   // Frames opened with a valid tag (MCCL_WIRE_SECURITY; 0 when off).
   uint64_t framesOpened() const { return opened_.load(); }
 
+  // Tests: runs on a posting thread right after it has written (part of) a
+  // frame itself, before it settles that frame: the window in which the
+  // connection can fail under it. Set before start().
+  void setAfterInlineWriteForTesting(std::function<void()> f) { afterInlineWrite_ = std::move(f); }
+
   // Unblocks both threads (shutdown(2)); does not join. Any thread.
   void interrupt();
   // interrupt() + join. Not from this connection's own threads.
@@ -177,7 +183,10 @@ class Connection {
   bool closeOpened();
   // Seals and writes a batch (send thread).
   void writeSealed(std::vector<SendFrame>& batch);
+  // Adds the payload's checksum to the header when checksums are on.
+  void stamp(SendFrame& frame) const;
   // Same-host reads.
+  SendFrame localFrame(FrameType type, uint64_t offset, const void* payload, size_t length) const;
   void postLocal(FrameType type, uint64_t offset, const void* payload, size_t length);
   void localControl(const FrameHeader& h, const uint8_t* raw);  // LOCAL_HELLO, LOCAL_OK, REF_DONE
   // Fails the REF frames the peer has not confirmed and stops new ones.
@@ -197,6 +206,7 @@ class Connection {
   bool encrypt_ = false;
   std::vector<uint8_t> sealArena_, sealPiece_;
   std::atomic<uint64_t> opened_{0};
+  std::function<void()> afterInlineWrite_;  // tests only
 
   // Receive side (receive thread only).
   std::vector<uint8_t> rbuf_;
