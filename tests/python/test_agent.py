@@ -9,6 +9,7 @@ import os
 import plistlib
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -46,6 +47,21 @@ def test_window_wraps_midnight_and_is_parsed_strictly():
     for bad in ("8-20", "25:00-08:00", "20:00-08:61", "", "20:00"):
         with pytest.raises(ValueError):
             Window.parse(bad)
+
+
+def test_activity_file_is_read_strictly(tmp_path):
+    f = tmp_path / "activity"
+    src = FileSource(str(f))
+    for text, want in (("600", (600.0, None)), ("0 ac", (0.0, True)), ("12.5 Battery", (12.5, False))):
+        f.write_text(text)
+        assert src.read() == want, text
+    # nan would pass "idle >= threshold" checks as neither; a power word
+    # other than ac/battery would read as battery: both refused, named.
+    for text, why in (("nan", "not idle seconds"), ("inf ac", "not idle seconds"), ("-1", "not idle seconds"),
+                      ("x", "not idle seconds"), ("600 mains", "power source 'mains'"), ("", "is empty")):
+        f.write_text(text)
+        with pytest.raises(ActivityError, match=why):
+            src.read()
 
 
 def test_activity_parsers_on_recorded_output():
@@ -95,8 +111,20 @@ mode = sys.argv[1]
 def leave(*_):
     print("leaving", flush=True)
     sys.exit(0)
+terms = []
+def slow_leave(*_):
+    terms.append(1)
+    print(f"SIGTERM {len(terms)}", flush=True)
 if mode == "polite":
     signal.signal(signal.SIGTERM, leave)
+elif mode == "slow":  # finishes its step 0.6 s after the first SIGTERM
+    signal.signal(signal.SIGTERM, slow_leave)
+    while not terms:
+        time.sleep(0.01)
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        time.sleep(0.01)
+    sys.exit(0)
 else:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print("working", flush=True)
@@ -155,6 +183,32 @@ def test_a_worker_that_ignores_the_request_is_killed_at_the_deadline(tmp_path):
     agent.tick()
     assert not agent.running()
     assert any("killed after the 0.5 s deadline" in e for e in agent.events), agent.events
+
+
+def test_a_second_stop_during_a_leave_sends_no_second_sigterm(tmp_path):
+    # The agent's own SIGTERM arriving while it already asks the worker to
+    # leave (its handler calls stop() again) must not signal the worker a
+    # second time: a worker's second SIGTERM means "exit now".
+    agent, activity = agent_for(tmp_path, "slow", deadline=5.0)
+    out = tmp_path / "worker.out"
+    with open(out, "w") as f:  # the worker prints each SIGTERM it gets
+        activity.write_text("300 ac")
+        real_popen = subprocess.Popen
+        subprocess.Popen = lambda *a, **k: real_popen(*a, **{**k, "stdout": f})
+        try:
+            agent.tick()
+        finally:
+            subprocess.Popen = real_popen
+    assert agent.running()
+    time.sleep(0.5)  # let it install its handler
+    seconds = []
+    t = threading.Thread(target=lambda: seconds.append(agent.stop("first")))
+    t.start()
+    time.sleep(0.2)
+    assert agent.stop("second, from a signal handler") == 0.0
+    t.join(10)
+    assert not agent.running() and seconds and seconds[0] >= 0.5
+    assert "SIGTERM 1" in out.read_text() and "SIGTERM 2" not in out.read_text(), out.read_text()
 
 
 def test_unreadable_activity_never_starts_and_stops_a_running_worker(tmp_path):

@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from conftest import run_workers
 from mccl.elastic import ElasticSampler
 from mccl.elastic.membership import KeySetter, Membership
 from mccl.launch import free_port
@@ -68,6 +69,13 @@ def _store():
 
 def _client(port):
     return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_joiner_receives_the_whole_live_state(world):
+    # Model, optimizer, sampler, step, extra and the stateful objects (an LR
+    # scheduler, a scaler): bit-identical to the member that sent them.
+    run_workers("elastic_state.py", world)
 
 
 def test_survivors_agree_on_one_dead_set_under_races():
@@ -279,6 +287,39 @@ def test_job_breathes_join_leave_crash_and_matches_a_replay(tmp_path):
     fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
     try:
         breathe(fleet, tmp_path, lambda v: Membership(_client(port), "test").store.set("stop_at", v))
+    finally:
+        fleet.kill_all()
+        del master
+
+
+def test_a_dead_join_request_is_passed_over_and_the_last_member_leaves(tmp_path):
+    # A join request whose waiter died (no heartbeat for an hour) is counted
+    # at a boundary: the two members go on unchanged. Then both leave, one
+    # after the other: the last one's leave ends the job cleanly, and a
+    # joiner that comes later learns that the job is over.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    try:
+        for _ in range(2):
+            fleet.start(initial=2)
+        fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 3)
+        m = Membership(_client(port), "test")
+        k = m.register("ghost")
+        m.store.set(f"hb/{k}", repr(time.time() - 3600))
+        fleet.wait_for("the dead request passed over", lambda: "(pass)" in fleet.text(0))
+        mark = max(fleet.commits())
+        fleet.wait_for("steps after it", lambda: max(fleet.commits()) >= mark + 3)
+        assert fleet.latest_world() == 2
+        fleet.procs[1].send_signal(signal.SIGTERM)
+        fleet.wait_for("the first leave", lambda: "LEFT" in fleet.text(1) and fleet.latest_world() == 1)
+        fleet.procs[0].send_signal(signal.SIGTERM)
+        fleet.wait_for("the last leave", lambda: fleet.procs[0].poll() is not None, 60)
+        fleet.procs[1].wait(30)
+        fleet.assert_ok([0, 1])
+        assert "LEFT" in fleet.text(0) and "(end)" in fleet.text(0), fleet.text(0)[-3000:]
+        late = Membership(_client(port), "test")
+        with pytest.raises(RuntimeError, match="job 'test' ended at step"):
+            late.wait_admitted("late", late.register("late"), datetime.timedelta(seconds=20))
     finally:
         fleet.kill_all()
         del master

@@ -15,6 +15,7 @@ pure functions over the commands' text, tested on Linux with recorded output.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import subprocess
@@ -100,11 +101,7 @@ class CommandSource(Source):
         out = _run(self.command).split()
         if not out:
             raise ActivityError(f"{self.command} printed nothing (expected idle seconds)")
-        try:
-            idle = float(out[0])
-        except ValueError as e:
-            raise ActivityError(f"{self.command} printed {out[0]!r}, not idle seconds") from e
-        return idle, (None if len(out) < 2 else out[1].lower() == "ac")
+        return _idle_and_power(out, f"{self.command} printed")
 
 
 class FileSource(Source):
@@ -118,11 +115,24 @@ class FileSource(Source):
             raise ActivityError(f"cannot read activity file {self.path}: {e}") from e
         if not lines:
             raise ActivityError(f"activity file {self.path} is empty (expected idle seconds)")
-        try:
-            idle = float(lines[0])
-        except ValueError as e:
-            raise ActivityError(f"activity file {self.path} holds {lines[0]!r}, not idle seconds") from e
-        return idle, (None if len(lines) < 2 else lines[1].lower() == "ac")
+        return _idle_and_power(lines, f"activity file {self.path} holds")
+
+
+def _idle_and_power(words: list[str], what: str) -> tuple[float, bool | None]:
+    """Idle seconds (a finite number, at least 0) and, if given, the power
+    source ("ac" or "battery"); anything else is refused, naming it."""
+    try:
+        idle = float(words[0])
+    except ValueError as e:
+        raise ActivityError(f"{what} {words[0]!r}, not idle seconds") from e
+    if not math.isfinite(idle) or idle < 0:
+        raise ActivityError(f"{what} {words[0]!r}, not idle seconds (a finite number, at least 0)")
+    if len(words) < 2:
+        return idle, None
+    power = words[1].lower()
+    if power not in ("ac", "battery"):
+        raise ActivityError(f"{what} power source {words[1]!r}; expected 'ac' or 'battery'")
+    return idle, power == "ac"
 
 
 def source_for(kind: str, arg: str = "") -> Source:

@@ -37,6 +37,8 @@ class Agent:
         self.failures = 0
         self.not_before = 0.0
         self.events: list[str] = []
+        self._stopping = False  # stop() is under way (a signal must not start another)
+        self._exit: str | None = None  # a signal asked the agent to end
 
     def _event(self, text: str) -> None:
         self.events.append(text)
@@ -56,8 +58,15 @@ class Agent:
         """Asks the worker to leave; kills it after the deadline. Returns the
         seconds it took to be gone."""
         p = self.proc
-        if p is None:
+        if p is None or self._stopping:
             return 0.0
+        self._stopping = True
+        try:
+            return self._stop(p, reason)
+        finally:
+            self._stopping = False
+
+    def _stop(self, p: subprocess.Popen, reason: str) -> float:
         t0 = self.monotonic()
         self._event(f"asking the worker to leave: {reason}")
         try:
@@ -104,11 +113,19 @@ class Agent:
 
     def run(self) -> None:
         def bye(signum, _frame):
-            self.stop(f"the agent got {signal.Signals(signum).name}")
+            self._exit = signal.Signals(signum).name
+            if self._stopping:
+                # A leave is under way: let it finish (a second SIGTERM
+                # would end the worker at once); the loop then exits.
+                return
+            self.stop(f"the agent got {self._exit}")
             sys.exit(0)
 
         signal.signal(signal.SIGTERM, bye)
         signal.signal(signal.SIGINT, bye)
         while True:
             self.tick()
+            if self._exit is not None:
+                self.stop(f"the agent got {self._exit}")
+                sys.exit(0)
             time.sleep(self.cfg.check_every_s)

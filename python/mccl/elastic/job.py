@@ -89,7 +89,10 @@ class Excluded(RuntimeError):
 class Change:
     """One membership change, as logged and kept in Job.history."""
     generation: int
-    cause: str            # "start", "leave", "join", "crash", "regroup"
+    # "start", "leave", "join", "crash", "regroup"; "pass": joiners were
+    # counted but none still waited (the group goes on unchanged); "end":
+    # every member left at one boundary (the job is over)
+    cause: str
     world: int
     left: list[str] = field(default_factory=list)
     joined: list[str] = field(default_factory=list)
@@ -286,7 +289,10 @@ class Job:
         failures = getattr(e, "failures", None)
         if isinstance(failures, dict):
             return any(Job._is_comm_failure(f) for f in failures.values() if isinstance(f, BaseException))
-        return isinstance(e, dist.DistBackendError) or "mccl" in str(e)
+        # MCCL's own errors name it; this module's ("mccl.elastic: ...") are
+        # not failures of a link.
+        text = str(e)
+        return isinstance(e, dist.DistBackendError) or ("mccl" in text and not text.startswith("mccl.elastic"))
 
     def _boundary(self, step: int):
         """Starts the step's boundary: one small all_reduce of who asks to
@@ -348,7 +354,15 @@ class Job:
         old = list(rec["members"])
         stay = [m for r, m in enumerate(old) if r not in leavers]
         if not stay:
-            raise RuntimeError("mccl.elastic: every member asked to leave at once")
+            # Every member leaves at this boundary: the job ends here. Its
+            # last generation lists nobody, so a joiner still waiting learns
+            # that the job is over instead of waiting out its timeout.
+            end = {"members": [], "admitted": rec["admitted"], "step": state.step, "cause": "end"}
+            if self.rank == 0:
+                self._publish(n + 1, end)
+            dist.destroy_process_group()
+            self._note(Change(n + 1, "end", 0, left=old, stall_s=time.monotonic() - t0, step=state.step))
+            return "left"
         if not joiners:
             # Every member computes the same next generation.
             nxt = {"members": stay, "admitted": rec["admitted"], "step": state.step, "cause": "leave"}
@@ -360,7 +374,7 @@ class Job:
             admitted = int(rec["admitted"]) + joiners
             fresh = [m for _, m in self.members.live_requests(int(rec["admitted"]) + 1, admitted, fresh_s=5.0)]
             nxt = {"members": stay + fresh, "admitted": admitted, "step": state.step,
-                   "cause": "join" if fresh else "leave"}
+                   "cause": "join" if fresh else "leave" if leavers else "pass"}
             self._publish(n + 1, nxt)
         else:
             self.members.store.wait([f"g/{n + 1}"], self.timeout)
@@ -375,6 +389,13 @@ class Job:
             self._note(Change(n + 1, nxt["cause"], len(nxt["members"]), left=left, joined=joined,
                               stall_s=time.monotonic() - t0, step=state.step))
             return "left"
+        if not joined and not leavers:
+            # The joiners counted had stopped waiting (died, gave up): the
+            # group goes on as it is; the generation records their requests
+            # as handled, so they are not counted again.
+            self.generation, self.record = n + 1, nxt
+            self._note(Change(n + 1, "pass", self.world, stall_s=time.monotonic() - t0, step=state.step))
+            return "unchanged"
         if not joined:
             # Leavers only: the same connections, renumbered (no rendezvous).
             self._shrink(n + 1, nxt, leavers, abort=False)

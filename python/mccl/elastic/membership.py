@@ -9,7 +9,8 @@ Every key lives under ``mccl-elastic/<job>/``:
     gen                the latest generation number, advanced by compare_set
     claim/<n>          who writes generation n (the first compare_set wins)
     g/<n>              generation n: {"members": [ids in rank order],
-                       "admitted": join requests handled so far, "cause", ...}
+                       "admitted": join requests handled so far, "cause", ...};
+                       no members and cause "end": every member left, the job is over
     pg/<n>/...         the rendezvous of generation n's process group
     rec/<n>/alive      recovery of generation n: ranks that checked in ("3,0,")
     rec/<n>/dead       ranks a survivor saw die (its connection failed)
@@ -119,6 +120,9 @@ class Membership:
                 rec = self.generation(seen)
                 if member_id in rec["members"]:
                     return seen, rec
+                if rec.get("cause") == "end":
+                    raise RuntimeError(f"mccl.elastic: job {self.job!r} ended at step {rec.get('step')} (its last "
+                                       f"members left together); start a new job under another name")
                 if int(rec.get("admitted", 0)) >= k:
                     k = self.register(member_id)
             if time.monotonic() >= next_beat:

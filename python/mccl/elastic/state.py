@@ -2,8 +2,10 @@
 
 State bundles what a member must hand a joiner so that the joiner continues
 exactly where the members are: the model's and the optimizer's state dicts,
-the data position (ElasticSampler), the step count and any small picklable
-``extra``. ``broadcast_state`` sends it from one member to every rank of the
+the data position (ElasticSampler), the step count, the state dicts of
+``stateful`` objects (a learning-rate scheduler, a GradScaler: anything with
+``state_dict()`` and ``load_state_dict()`` that changes as the job trains)
+and any small picklable ``extra``. ``broadcast_state`` sends it from one member to every rank of the
 group by MCCL broadcast: the structure (small) by ``broadcast_object_list``,
 the tensors as one flat buffer per dtype (one pipelined broadcast each, so
 the transfer runs at the links' goodput). Nothing is read from disk.
@@ -21,25 +23,46 @@ class State:
     sharded = False  # every member holds the whole state (DDP)
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sampler: ElasticSampler,
-                 extra: dict | None = None):
+                 extra: dict | None = None, stateful: dict | None = None):
         self.model, self.optimizer, self.sampler = model, optimizer, sampler
         self.step = 0  # optimizer steps taken by the job
         self.extra = dict(extra or {})
+        self.stateful = checked_stateful(stateful)
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optim": self.optimizer.state_dict(),
-                "sampler": self.sampler.state_dict(), "step": self.step, "extra": self.extra}
+                "sampler": self.sampler.state_dict(), "step": self.step, "extra": self.extra,
+                "stateful": {k: v.state_dict() for k, v in self.stateful.items()}}
 
     def load_state_dict(self, sd: dict) -> None:
+        got = sorted(sd.get("stateful", {}))
+        if got != sorted(self.stateful):
+            raise ValueError(f"mccl.elastic.State: the sender's stateful objects are {got}, this member's "
+                             f"{sorted(self.stateful)}: every member must pass the same names")
         self.model.load_state_dict(sd["model"])
         self.optimizer.load_state_dict(sd["optim"])
         self.sampler.load_state_dict(sd["sampler"])
         self.step = int(sd["step"])
         self.extra = dict(sd["extra"])
+        for k, v in self.stateful.items():
+            v.load_state_dict(sd["stateful"][k])
 
     def nbytes(self) -> int:
         """Bytes of tensor data a joiner receives."""
         return tensor_bytes(self.state_dict())
+
+
+def checked_stateful(stateful: dict | None) -> dict:
+    """`stateful` as State keeps it: names to objects with state_dict() and
+    load_state_dict(); anything else is refused by name."""
+    out = dict(stateful or {})
+    for name, obj in out.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"mccl.elastic.State: stateful names must be non-empty strings, got {name!r}")
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise TypeError(f"mccl.elastic.State: stateful[{name!r}] ({type(obj).__name__}) has no "
+                            f"state_dict() and load_state_dict()")
+    return out
 
 
 def _mapping(d: dict, values) -> dict:
