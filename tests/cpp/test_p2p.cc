@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "harness.h"
 #include "typed.h"
@@ -140,6 +142,77 @@ TEST(P2P, SizeMismatchNamesBothSides) {
       EXPECT_NE(m.find("5 x float32 (20 bytes)"), std::string::npos) << m;
     }
   });
+}
+
+// A large send waits for the receiver's clear-to-send. If this rank shuts
+// its group down (or shrinks it) first, no clear-to-send can come: the
+// send fails, naming the shutdown, instead of waiting forever.
+TEST(P2P, AnnouncedSendFailsWhenTheGroupShutsDown) {
+  std::atomic<bool> over{false}, announced{false};
+  runRanks(3, [&](Communicator& comm) {
+    std::vector<int32_t> big(4096, comm.rank());
+    if (comm.rank() == 0) {
+      auto work = send(comm, 1, 4, big.data(), big.size(), DataType::kInt32);  // never received
+      comm.shutdown();
+      try {
+        work->wait(std::chrono::milliseconds(10000));
+        ADD_FAILURE() << "a send nobody received completed";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("shut down"), std::string::npos) << e.what();
+      }
+      over = true;
+      return;
+    }
+    if (comm.rank() == 2) {
+      // Shrinking retires the group: its announced send fails the same way.
+      while (!over.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      // Its announcement is on the wire when send() returns (rank 1 shrinks after that).
+      auto work = send(comm, 1, 5, big.data(), big.size(), DataType::kInt32);
+      announced = true;
+      auto child = comm.shrink({0}, false, "without 0");
+      try {
+        work->wait(std::chrono::milliseconds(10000));
+        ADD_FAILURE() << "a send of a retired group completed";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("retired by shrink_group"), std::string::npos) << e.what();
+      }
+      child->shutdown();
+      return;
+    }
+    while (!announced.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto child = comm.shrink({0}, false, "without 0");
+    child->shutdown();
+  }, [](CommConfig& c) { c.p2pEagerBytes = 1024; });
+}
+
+// A receive posted after its message arrived, with the wrong size, is
+// refused before anything changes: a receive that fits gets the message.
+TEST(P2P, MismatchedReceiveOfAnArrivedMessageLeavesItForOneThatFits) {
+  for (int any : {0, 1}) {
+    runRanks(2, [&](Communicator& comm) {
+      std::vector<float> buf(10);
+      for (int i = 0; i < 10; ++i) buf[static_cast<size_t>(i)] = 3.0f * static_cast<float>(i) + 1.0f;
+      if (comm.rank() == 0) {
+        send(comm, 1, 6, buf.data(), 10, DataType::kFloat32)->wait();
+        barrier(comm)->wait();
+        return;
+      }
+      // Wait until the message is here (buffered as unexpected).
+      while (comm.unexpectedBytes() < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const int from = any ? Communicator::kAnySource : 0;
+      std::vector<float> got(10, -1.0f);
+      try {
+        recv(comm, from, 6, got.data(), 5, DataType::kFloat32)->wait();
+        ADD_FAILURE() << "a receive of 5 floats took a message of 10";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+        EXPECT_NE(std::string(e.what()).find("10 x float32 (40 bytes)"), std::string::npos) << e.what();
+      }
+      recv(comm, from, 6, got.data(), 10, DataType::kFloat32)->wait();
+      for (int i = 0; i < 10; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], 3.0f * static_cast<float>(i) + 1.0f);
+      barrier(comm)->wait();
+    });
+  }
 }
 
 TEST(P2P, BadPeerIsAUsageError) {

@@ -253,7 +253,9 @@ void Communicator::stopThreads(bool graceful) {
     if (poisoned()) why = std::make_unique<Error>(poisonError());
     l->close(graceful && !why, controlTemplate(), grace, why.get());
   }
-  matching_.failAll(Error(ErrorKind::kAborted, strCat(selfName(), ": the communicator was shut down")));
+  const Error down(ErrorKind::kAborted, strCat(selfName(), ": the communicator was shut down"));
+  matching_.failAll(down);
+  p2p_.failAll(down);  // large sends still waiting for a clear-to-send
   stopped_ = true;
 }
 
@@ -304,7 +306,9 @@ std::shared_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclu
   std::shared_ptr<Communicator> child(
       new Communicator(c, links, id, std::move(members), model_, interfaceName_, address_));
   successor_ = strCat("group '", groupName, "' (", c.size, " ranks)");
-  matching_.failAll(Error(ErrorKind::kAborted, strCat(selfName(), ": retired by ", op, " into ", successor_)));
+  const Error retired(ErrorKind::kAborted, strCat(selfName(), ": retired by ", op, " into ", successor_));
+  matching_.failAll(retired);
+  p2p_.failAll(retired);  // a clear-to-send for this group would now be dropped
   for (int r = 0; r < cfg_.size; ++r) {
     if (out[static_cast<size_t>(r)]) links->peers().drop(members_[static_cast<size_t>(r)], controlTemplate());
   }

@@ -128,6 +128,8 @@ class Communicator final : public OpHost, public LinkOwner {
   // Frames received with a valid tag (MCCL_WIRE_SECURITY), on this group's links.
   uint64_t sealedFramesReceived() const;
   size_t rejectedConnections() const;
+  // Bytes of messages that arrived before their receive was posted.
+  size_t unexpectedBytes() const { return matching_.unexpectedBytes(); }
 
  private:
   Communicator(std::shared_ptr<Store> store, const CommConfig& config);

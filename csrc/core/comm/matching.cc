@@ -233,8 +233,12 @@ bool Matching::post(const std::shared_ptr<RecvRequest>& req) {
     if (poison_) {
       done.emplace_back(req, std::make_unique<Error>(*poison_));
     } else {
-      if (req->key.p2p) req->key.seq = recvCounter_[{req->key.src, req->key.slot}]++;
+      if (req->key.p2p) req->key.seq = recvCounter_[{req->key.src, req->key.slot}];
       auto u = unexpected_.find(req->key);
+      // A mismatch with the message already here throws before anything
+      // changes: the message stays for a receive that fits it.
+      if (u != unexpected_.end()) validatePosted(*req, u->second.first);
+      if (req->key.p2p) ++recvCounter_[{req->key.src, req->key.slot}];
       auto closed = closedSources_.find(req->key.src);
       if (u == unexpected_.end() && closed != closedSources_.end()) {
         done.emplace_back(req, std::make_unique<Error>(closed->second));
@@ -271,6 +275,7 @@ bool Matching::postAnySource(const std::shared_ptr<RecvRequest>& req) {
       if (best == unexpected_.end()) {
         anySource_.push_back(req);
       } else {
+        validatePosted(*req, best->second.first);  // before anything changes, as post() does
         req->key = best->first;
         req->matched = true;
         ++recvCounter_[{req->key.src, req->key.slot}];

@@ -54,7 +54,13 @@ class OpContext {
     OpContext& op;
     std::shared_ptr<Transfer> t;
     bool await_ready() const { return t->done() && !op.failed_.load(); }
-    bool await_suspend(std::coroutine_handle<> h) { return op.suspendOn(t.get(), h); }
+    bool await_suspend(std::coroutine_handle<> h) {
+      // A reference of this thread's own: once suspendOn has published the
+      // wait, another thread may resume the body, which drops `t` with this
+      // awaiter while suspendOn still reads it.
+      const std::shared_ptr<Transfer> keep = t;
+      return op.suspendOn(keep.get(), h);
+    }
     void await_resume() { op.afterWait(*t); }
   };
   // co_await ctx.wait(request)

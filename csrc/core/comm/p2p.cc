@@ -69,7 +69,16 @@ std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* dat
   // Rendezvous: announce the message; the data follows the receiver's
   // clear-to-send, straight into its posted buffer.
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Under the lock that failAll takes: a send announced after the group
+    // failed (the poison check above raced with it) fails here, as failAll
+    // would have failed it.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (failed_) {
+      const Error e = *failed_;
+      lock.unlock();
+      req->finish(&e);
+      return work;
+    }
     announced_.insert_or_assign({peer, seq, tag}, PendingSend{req, h, data, deadline});
   }
   FrameHeader rts = h;
@@ -140,6 +149,7 @@ void PointToPoint::failAll(const Error& e) {
   std::map<std::tuple<int, uint64_t, uint32_t>, PendingSend> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_) failed_ = std::make_unique<Error>(e);
     waiting.swap(announced_);
   }
   for (auto& [key, p] : waiting) p.req->finish(&e);

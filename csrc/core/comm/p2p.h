@@ -45,7 +45,9 @@ class PointToPoint {
   void onRts(int peer, const FrameHeader& h);
   // A peer is ready for a large send announced here.
   void onCts(int peer, const FrameHeader& h);
-  // The group failed: announced sends fail with `e`.
+  // The group failed, was shut down or was shrunk: announced sends fail
+  // with `e`, and so does every large send announced from now on (no
+  // clear-to-send can reach this group any more).
   void failAll(const Error& e);
 
  private:
@@ -72,6 +74,7 @@ class PointToPoint {
   std::map<std::pair<int, uint32_t>, uint64_t> sendCounter_;
   // Large sends waiting for their clear-to-send, by (peer, counter, tag).
   std::map<std::tuple<int, uint64_t, uint32_t>, PendingSend> announced_;
+  std::unique_ptr<Error> failed_;  // set by failAll: nothing is announced any more
 };
 
 }  // namespace mccl
