@@ -314,18 +314,13 @@ PYBIND11_MODULE(_C, m) {
           const mccl::CommConfig cfg = mccl::CommConfig::fromEnv(0, 1);
           return std::make_pair(static_cast<int64_t>(cfg.pieceBytes), static_cast<int64_t>(cfg.inflightOps));
         }
-        auto read = [&](const auto& spec) -> int64_t {
+        auto read = [&](const auto& spec) {
           const auto it = settings->find(spec.env);
-          if (it == settings->end() || it->second.empty()) return spec.def;
-          const int64_t v = mccl::parseSize(it->second, spec.env);
-          mccl::params::checkRange(spec, v);
-          return v;
+          return mccl::params::intFrom(spec, it == settings->end() ? std::string() : it->second);
         };
         namespace spec = mccl::params::spec;
         const int64_t piece = read(spec::pieceBytes), lanes = read(spec::inflightOps);
-        if (piece != 0 && piece < 1024) {
-          throw py::value_error("MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got " + std::to_string(piece));
-        }
+        mccl::CommConfig::checkPieceBytes(static_cast<size_t>(piece));
         return std::make_pair(piece, lanes);
       },
       py::arg("settings") = py::none(),

@@ -45,6 +45,11 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   return c;
 }
 
+void CommConfig::checkPieceBytes(size_t pieceBytes) {
+  MCCL_USAGE_CHECK(pieceBytes == 0 || pieceBytes >= 1024,
+                   "MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got ", pieceBytes);
+}
+
 void CommConfig::validate() const {
   namespace spec = params::spec;
   MCCL_USAGE_CHECK(size >= 1, "world size must be at least 1, got ", size);
@@ -62,8 +67,7 @@ void CommConfig::validate() const {
   params::checkRange(spec::inflightOps, inflightOps);
   params::checkRange(spec::pieceBytes, pieceBytes);
   params::checkRange(spec::handshakeTimeoutMs, handshakeTimeout.count());
-  MCCL_USAGE_CHECK(pieceBytes == 0 || pieceBytes >= 1024,
-                   "MCCL_PIECE_BYTES must be 0 (off) or at least 1K, got ", pieceBytes);
+  checkPieceBytes(pieceBytes);
   int lo = 0, hi = 0;
   MCCL_USAGE_CHECK(portRange.empty() || parsePortRange(portRange, &lo, &hi), "MCCL_PORT_RANGE=",
                    portRange, " is not LOW-HIGH with 1 <= LOW <= HIGH <= 65535 (decimal digits only)");

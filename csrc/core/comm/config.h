@@ -69,6 +69,8 @@ struct CommConfig {
   // (MCCL_WIRE_DTYPE, MCCL_WIRE_DTYPE_MIN_BYTES, MCCL_WIRE_REDUCE). Throws a usage error for
   // another name or a malformed value.
   void applySetting(const std::string& env, const std::string& value);
+  // MCCL_PIECE_BYTES beyond its declared range: 0 (off) or at least 1K.
+  static void checkPieceBytes(size_t pieceBytes);
   // Checks every setting against its declared range (params.def) and the
   // rules between settings; throws a usage error naming the setting.
   void validate() const;

@@ -69,6 +69,7 @@ void Connection::start() {
     // this thread would report the failure through the sink, which takes
     // them again.
     SendFrame f = localFrame(FrameType::kLocalHello, 0, helloOut_, kLocalHelloBytes);
+    stamp(f);
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(f);
   }
@@ -91,7 +92,6 @@ SendFrame Connection::localFrame(FrameType type, uint64_t offset, const void* pa
   encodeFrame(h, f.header);
   f.payload = payload;
   f.length = length;
-  stamp(f);
   return f;
 }
 
@@ -100,7 +100,7 @@ void Connection::postLocal(FrameType type, uint64_t offset, const void* payload,
 }
 
 void Connection::stamp(SendFrame& frame) const {
-  if (checksum_ && frame.length > 0 && !(frame.header[kFlagsOffset] & kFlagChecksum)) {
+  if (checksum_ && frame.length > 0) {
     frame.header[kFlagsOffset] |= kFlagChecksum;
     putLE<uint32_t>(frame.header + kChecksumOffset, crc32c(frame.payload, frame.length));
   }
@@ -113,9 +113,8 @@ void Connection::post(SendFrame frame) {
     // A goodbye read first (its answer queued) is the cause to report;
     // not when this end closes (interrupt) or aborts on its own.
     Error e = error_ ? *error_
-              : !stopping_ && !endingAbort_ && peerClosed_.load()
-                  ? goodbye("this frame was sent")
-                  : Error(ErrorKind::kAborted, strCat(name_, " is closing"));
+              : !stopping_ && !endingAbort_ && peerClosed_.load() ? goodbye("this frame was sent")
+                                                                  : closing();
     lock.unlock();
     if (frame.cb) frame.cb->sendDone(&e);
     return;
@@ -156,8 +155,7 @@ void Connection::post(SendFrame frame) {
     if (error_ || stopping_) {
       // Nobody would write the rest: the send thread has left or is
       // leaving, and fail() emptied the queue before this frame was in it.
-      ended = std::make_unique<Error>(error_ ? *error_
-                                             : Error(ErrorKind::kAborted, strCat(name_, " is closing")));
+      ended = std::make_unique<Error>(error_ ? *error_ : closing());
     } else {
       queue_.push_front(frame);  // the send thread writes the rest
     }
@@ -321,6 +319,8 @@ Error Connection::sendFailure(const Error& e) {
   if (peerClosed_.load()) return goodbye(strCat("this rank's frames reached it (", e.what(), ")"));
   return Error(e.kind(), strCat(name_, ": ", e.what()));
 }
+
+Error Connection::closing() const { return Error(ErrorKind::kAborted, strCat(name_, " is closing")); }
 
 Error Connection::goodbye(const std::string& before) const {
   return Error(ErrorKind::kRemote,

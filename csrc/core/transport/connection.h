@@ -176,6 +176,8 @@ class Connection {
   Error sendFailure(const Error& e);
   // The error of a send that the peer's goodbye overtook ("... before `before`").
   Error goodbye(const std::string& before) const;
+  // The error of a frame posted while this end closes or aborts.
+  Error closing() const;
   // Sealing: opens `len` buffered payload bytes at rstart_ (and the tag after
   // them, which it fills) in place; a protocol fault when the tag fails.
   void openBuffered(const uint8_t* header, size_t len);
@@ -183,7 +185,8 @@ class Connection {
   bool closeOpened();
   // Seals and writes a batch (send thread).
   void writeSealed(std::vector<SendFrame>& batch);
-  // Adds the payload's checksum to the header when checksums are on.
+  // Adds the payload's checksum to the header when checksums are on (once
+  // per frame: post() does it, and start() for the hello it queues).
   void stamp(SendFrame& frame) const;
   // Same-host reads.
   SendFrame localFrame(FrameType type, uint64_t offset, const void* payload, size_t length) const;

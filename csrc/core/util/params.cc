@@ -69,14 +69,18 @@ int64_t parseSize(const std::string& text, const char* what) {
 
 namespace params {
 
+Int intFrom(const char* env, const std::string& text, Int def, double lo, double hi) {
+  if (text.empty()) return def;
+  Int x = parseSize(text, env);
+  checkRange(env, static_cast<double>(x), lo, hi);
+  return x;
+}
+
 namespace {
 
 Int readInt(const char* env, Int def, double lo, double hi) {
   const char* v = std::getenv(env);
-  if (v == nullptr || *v == '\0') return def;
-  Int x = parseSize(v, env);
-  checkRange(env, static_cast<double>(x), lo, hi);
-  return x;
+  return intFrom(env, v == nullptr ? std::string() : std::string(v), def, lo, hi);
 }
 
 Float readFloat(const char* env, Float def, double lo, double hi) {

@@ -59,6 +59,13 @@ namespace spec {
 
 // Throws a usage error when `value` is outside the declared range of `env`.
 void checkRange(const char* env, double value, double lo, double hi);
+// An Int setting's value from its text as the environment would hold it:
+// the default when empty, else parsed ("4M", "4194304") and range-checked.
+Int intFrom(const char* env, const std::string& text, Int def, double lo, double hi);
+template <typename T>
+Int intFrom(const Spec<T>& s, const std::string& text) {
+  return intFrom(s.env, text, s.def, s.lo, s.hi);
+}
 template <typename T, typename V>
 void checkRange(const Spec<T>& s, V value) {
   checkRange(s.env, static_cast<double>(value), s.lo, s.hi);
