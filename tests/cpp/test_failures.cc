@@ -202,6 +202,78 @@ TEST(Abort, PeersFailFastWithTheCause) {
   });
 }
 
+// Ranks that only wait to receive from the failed rank have no connection
+// to anyone: the ABORT is relayed to them (abort_relay.h) instead of leaving
+// them to their op's timeout (20 s here).
+void expectRelayedAbort(int n, int quitter) {
+  runRanks(n, [&](Communicator& comm) {
+    if (comm.rank() == quitter) return;  // shuts down at once: the relay passes it over
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm.abort();
+      return;
+    }
+    int32_t v = -1;
+    auto start = Clock::now();
+    try {
+      recv(comm, 0, 7, &v, 1, DataType::kInt32)->wait();
+      ADD_FAILURE() << "rank " << comm.rank() << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_LT(secondsSince(start), 5.0) << "rank " << comm.rank() << ": " << e.what();
+      std::string m = e.what();
+      EXPECT_NE(m.find("aborted the group"), std::string::npos) << "rank " << comm.rank() << ": " << m;
+    }
+    EXPECT_EQ(v, -1);
+  }, [](CommConfig& c) { c.timeout = std::chrono::seconds(20); });
+}
+
+TEST(Abort, ReachesRanksWithNoConnection) { expectRelayedAbort(3, -1); }
+
+TEST(Abort, RelayPassesOverAMemberThatShutDown) { expectRelayedAbort(4, 1); }
+
+// A rank waiting for data from a peer that died before it ever connected
+// has no connection to see the death on: it probes the peer after a second
+// (peer_probe.h) instead of waiting out the op's timeout (20 s here).
+TEST(Probe, WaitingForAPeerThatIsGoneFailsFastNamingIt) {
+  runRanks(3, [&](Communicator& comm) {
+    if (comm.rank() == 1) return;  // gone before it sent anything
+    std::vector<float> b(5, static_cast<float>(comm.rank()));
+    auto start = Clock::now();
+    try {
+      if (comm.rank() == 2) {
+        int32_t v = -1;
+        recv(comm, 1, 3, &v, 1, DataType::kInt32)->wait();
+      } else {
+        BroadcastOptions o{b.data(), b.size(), DataType::kFloat32, 1};  // root: rank 1
+        broadcast(comm, o)->wait();
+      }
+      ADD_FAILURE() << "rank " << comm.rank() << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_LT(secondsSince(start), 6.0) << "rank " << comm.rank() << ": " << e.what();
+      std::string m = e.what();
+      EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+    }
+  }, [](CommConfig& c) { c.timeout = std::chrono::seconds(20); });
+}
+
+TEST(Probe, ASlowSenderIsNotTakenForDead) {
+  runRanks(3, [&](Communicator& comm) {
+    std::vector<double> b(7, comm.rank() == 0 ? 42.0 : -1.0);
+    if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    BroadcastOptions o{b.data(), b.size(), DataType::kFloat64, 0};
+    broadcast(comm, o)->wait();
+    for (double x : b) EXPECT_EQ(x, 42.0);
+    int32_t v = comm.rank() == 0 ? 7 : -1;
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      send(comm, 2, 4, &v, 1, DataType::kInt32)->wait();
+    } else if (comm.rank() == 2) {
+      recv(comm, 0, 4, &v, 1, DataType::kInt32)->wait();
+      EXPECT_EQ(v, 7);
+    }
+  }, [](CommConfig& c) { c.timeout = std::chrono::seconds(20); });
+}
+
 TEST(PeerShutdown, PendingOpFailsFastNamingThePeer) {
   runRanks(2, [&](Communicator& comm) {
     std::vector<float> b(8);

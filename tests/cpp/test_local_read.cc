@@ -407,6 +407,29 @@ TEST(LocalRead, LargeFramesGoByReferenceAndCompleteOnTheCopy) {
   EXPECT_EQ(cbBig.count(), 1) << "a REF's callback runs exactly once";
 }
 
+// A group that fails right after the connection starts (the abort relay
+// opens connections to carry its ABORT) drops its own queued traffic, not
+// the connection's hello: a shrunk group takes the connection over.
+TEST(LocalRead, GroupAbortKeepsTheQueuedHello) {
+  for (int round = 0; round < 20; ++round) {
+    auto [a, b] = socketPair();
+    RecordingSink senderSink, receiverSink;
+    Connection sender(std::move(a), 0, senderSink, 1u << 20, 0, "to rank 0");
+    Connection receiver(std::move(b), 1, receiverSink, 1u << 20, 0, "to rank 1");
+    FrameHeader t0 = controlHeader(FrameType::kData), t1 = t0;
+    t0.src = 1;
+    t1.src = 0;
+    sender.enableLocalReads(4096, t0, keyOf(5));
+    receiver.enableLocalReads(4096, t1, keyOf(5));
+    receiver.start();
+    sender.start();
+    sender.postGroupAbort(controlHeader(FrameType::kAbort), Error(ErrorKind::kRemote, "group 77 failed"));
+    ASSERT_TRUE(waitFor([&] { return sender.sendsByRef() && receiver.readsPeer(); })) << "round " << round;
+    sender.close();
+    receiver.close();
+  }
+}
+
 TEST(LocalRead, ReferenceThatWasNotAgreedIsAProtocolFault) {
   for (size_t reads : {size_t{0}, size_t{4096}}) {  // off, and on without a hello
     Rig rig(reads);

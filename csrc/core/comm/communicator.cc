@@ -13,6 +13,13 @@ namespace {
 
 constexpr auto kShutdownGrace = std::chrono::seconds(10);
 constexpr auto kCloseGrace = std::chrono::seconds(2);
+// One dial of the abort relay: a live member on a LAN answers in
+// milliseconds, a dead process's host refuses at once.
+constexpr auto kRelayDial = std::chrono::milliseconds(2000);
+// A receive from a peer never connected to: how long before it is dialled
+// (a live sender has usually connected by then), and that dial's bound.
+constexpr auto kProbeDelay = std::chrono::milliseconds(1000);
+constexpr auto kProbeDial = std::chrono::milliseconds(2000);
 
 Matching::Context matchingContext(const CommConfig& cfg, const std::string& label,
                                   std::function<std::string(int)> peerName) {
@@ -66,7 +73,9 @@ Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& confi
              if (!l) throw poisonError();
              l->peers().postControl(members_[static_cast<size_t>(peer)], h, d);
            },
-           static_cast<uint32_t>(config.rank)) {}
+           static_cast<uint32_t>(config.rank)),
+      probe_(config.size, kProbeDelay, std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
+             [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { probePeer(r, d); }) {}
 
 Communicator::Communicator(const CommConfig& config, std::shared_ptr<Links> links, uint64_t groupId,
                            std::vector<int> members, const CostModel& model,
@@ -91,7 +100,9 @@ Communicator::Communicator(const CommConfig& config, std::shared_ptr<Links> link
              if (!l) throw poisonError();
              l->peers().postControl(members_[static_cast<size_t>(peer)], h, d);
            },
-           static_cast<uint32_t>(members_[static_cast<size_t>(config.rank)])) {}
+           static_cast<uint32_t>(members_[static_cast<size_t>(config.rank)])),
+      probe_(config.size, kProbeDelay, std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
+             [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { probePeer(r, d); }) {}
 
 void Communicator::bootstrap() {
   Interface itf = selectInterface(cfg_.socketIfname, cfg_.routeHost);
@@ -190,13 +201,15 @@ Error Communicator::poisonError() const {
   return *poison_;
 }
 
-void Communicator::failLocally(const Error& e) {
-  {
-    std::lock_guard<std::mutex> lock(poisonMu_);
-    if (poison_) return;
-    poison_ = std::make_unique<Error>(e);
-    poisoned_.store(true, std::memory_order_release);
-  }
+bool Communicator::setPoison(const Error& e) {
+  std::lock_guard<std::mutex> lock(poisonMu_);
+  if (poison_) return false;
+  poison_ = std::make_unique<Error>(e);
+  poisoned_.store(true, std::memory_order_release);
+  return true;
+}
+
+void Communicator::failPending(const Error& e) {
   if (e.kind() != ErrorKind::kAborted) MCCL_LOG(kWarn, e.what());
   matching_.failAll(e);
   p2p_.failAll(e);
@@ -205,18 +218,45 @@ void Communicator::failLocally(const Error& e) {
   watchdog_.kick();  // failed ops now retire; make it watch them
 }
 
+void Communicator::failLocally(const Error& e) {
+  if (setPoison(e)) failPending(e);
+}
+
 void Communicator::poison(const Error& e) {
-  if (poisoned()) return;
-  failLocally(e);
-  if (retired_.load()) return;
+  if (poisoned() || !setPoison(e)) return;
   // Tell every member, so the whole group fails fast. The connections stay
-  // up: a shrunk group may take them over.
-  if (auto l = links()) {
-    const Error p = poisonError();
+  // up: a shrunk group may take them over. The relay starts before the
+  // waiters wake, so that one which then shuts the group down waits for it.
+  auto l = retired_.load() ? nullptr : links();
+  if (l) relayAbort();
+  failPending(e);
+  if (l) {
     for (size_t r = 0; r < members_.size(); ++r) {
-      if (static_cast<int>(r) != cfg_.rank) l->peers().abortGroup(members_[r], controlTemplate(), p);
+      if (static_cast<int>(r) != cfg_.rank) l->peers().abortGroup(members_[r], controlTemplate(), e);
     }
   }
+}
+
+void Communicator::relayAbort() {
+  std::vector<int> order;
+  for (int i = 1; i < cfg_.size; ++i) order.push_back((cfg_.rank + i) % cfg_.size);
+  const auto dial = std::min<std::chrono::milliseconds>(cfg_.timeout, kRelayDial);
+  relay_.start(std::move(order), dial, [this](int r, Deadline d) { return reachForAbort(r, d); });
+}
+
+bool Communicator::reachForAbort(int r, Deadline deadline) {
+  auto l = links();
+  if (!l || retired_.load()) return true;  // the links serve another group now: stop
+  {
+    std::lock_guard<std::mutex> lock(poisonMu_);
+    if (std::find(failedPeers_.begin(), failedPeers_.end(), r) != failedPeers_.end()) return false;
+  }
+  const int peer = members_[static_cast<size_t>(r)];
+  if (l->peers().connected(peer)) return true;  // poison() told it on that connection
+  // A new connection carries the ABORT (adopted()); throws when the member
+  // is dead or has shut down, and the relay tries the next.
+  l->peers().connectionsTo(peer, deadline);
+  return true;
 }
 
 void Communicator::interruptConnections() {
@@ -240,6 +280,10 @@ void Communicator::stopThreads(bool graceful) {
              " s; aborting them");
     poison(Error(ErrorKind::kAborted, strCat(selfName(), ": shut down while the operation was pending")));
   }
+  // A failed group's ABORT reaches the members no connection tells
+  // (bounded), before the connections start to close.
+  relay_.finish(Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace)));
+  probe_.finish();
   auto l = links();
   if (l) l->peers().stopAccepting();
   engine_.stop();
@@ -285,6 +329,10 @@ std::shared_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclu
     throwError(ErrorKind::kUsage, selfName(), ": ", op, ": operations are still pending after ",
                cfg_.timeout.count() / 1000.0, " s; wait for them, or pass SHRINK_ABORT");
   }
+  // The ABORT of a failure reaches the members no connection tells before
+  // the links change hands (bounded).
+  relay_.finish(Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace)));
+  probe_.finish();
   // From here the links' events are the successor's business.
   retired_.store(true);
   engine_.stop();
@@ -369,7 +417,36 @@ void Communicator::postSend(const std::shared_ptr<SendRequest>& req, const Frame
   l->peers().postSend(members_[static_cast<size_t>(req->peer)], req, t, data, deadline);
 }
 
-void Communicator::postRecv(const std::shared_ptr<RecvRequest>& req) { matching_.post(req); }
+void Communicator::postRecv(const std::shared_ptr<RecvRequest>& req) {
+  matching_.post(req);
+  expectFrom(static_cast<int>(req->key.src));
+}
+
+void Communicator::expectFrom(int peer) {
+  if (peer < 0 || peer >= cfg_.size || peer == cfg_.rank) return;
+  auto l = links();
+  if (l && !l->peers().everConnected(members_[static_cast<size_t>(peer)])) probe_.expect(peer);
+}
+
+bool Communicator::probeNeeded(int peer) const {
+  auto l = links();
+  return l && !retired_.load() && !poisoned() && !l->peers().everConnected(members_[static_cast<size_t>(peer)]);
+}
+
+void Communicator::probePeer(int peer, Deadline deadline) {
+  auto l = links();
+  if (!l) return;
+  try {
+    l->peers().connectionsTo(members_[static_cast<size_t>(peer)], deadline);
+  } catch (const Error& e) {
+    // Refused, reset or told goodbye: it is gone. A dial that only timed
+    // out proves nothing (a slow host): the op's timeout decides.
+    if (e.kind() == ErrorKind::kTimeout || poisoned() || retired_.load()) return;
+    poison(Error(ErrorKind::kRemote, strCat(selfName(), ": ", peerName(peer),
+                                            " cannot be reached while this rank waits for its data: ",
+                                            e.what(), "; its process has died or left the group")));
+  }
+}
 
 std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* data, size_t bytes,
                                          DataType dtype, uint64_t count) {
@@ -380,7 +457,9 @@ std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* dat
 std::shared_ptr<Work> Communicator::recv(int peer, uint32_t tag, void* data, size_t bytes,
                                          DataType dtype, uint64_t count) {
   checkLive("recv");
-  return p2p_.recv(peer, tag, data, bytes, dtype, count);
+  auto w = p2p_.recv(peer, tag, data, bytes, dtype, count);
+  if (peer != kAnySource) expectFrom(peer);
+  return w;
 }
 
 // --------------------------------------------------------------- LinkOwner

@@ -38,12 +38,14 @@
 #include <string>
 #include <vector>
 
+#include "comm/abort_relay.h"
 #include "comm/config.h"
 #include "comm/engine.h"
 #include "comm/matching.h"
 #include "comm/op_host.h"
 #include "comm/links.h"
 #include "comm/p2p.h"
+#include "comm/peer_probe.h"
 #include "comm/rendezvous.h"
 #include "comm/scratch.h"
 #include "comm/signature.h"
@@ -140,12 +142,25 @@ class Communicator final : public OpHost, public LinkOwner {
                SockAddr address);
   void bootstrap();
   void startThreads();
-  // Fails every pending op with `e` here, without telling the peers (the
-  // links stay up for the successor).
+  // Records `e` as the group's poison; false when an error came first.
+  bool setPoison(const Error& e);
+  // Fails every pending op with the poison `e`.
+  void failPending(const Error& e);
+  // Poisons with `e` here, without telling the peers (the links stay up for
+  // the successor).
   void failLocally(const Error& e);
   void stopThreads(bool graceful);
   // Shuts every connection's socket so blocked transfers fail now.
   void interruptConnections();
+  // After poison: the ABORT to the next live member this rank has no
+  // connection to (abort_relay.h).
+  void relayAbort();
+  bool reachForAbort(int rank, Deadline deadline);
+  // A receive from group rank `peer` is posted: probe it if this rank was
+  // never connected to it (peer_probe.h).
+  void expectFrom(int peer);
+  bool probeNeeded(int peer) const;
+  void probePeer(int peer, Deadline deadline);
   FrameHeader controlTemplate() const;
   // This group's rank of family rank `wire`, or -1.
   int groupRank(uint32_t wire) const;
@@ -198,6 +213,10 @@ class Communicator final : public OpHost, public LinkOwner {
   // Set by shrink(): the group that took over (for errors), then the flag.
   std::string successor_;
   std::atomic<bool> retired_{false};
+
+  // Last: their threads use the members above.
+  AbortRelay relay_;
+  PeerProbe probe_;
 };
 
 }  // namespace mccl

@@ -97,6 +97,7 @@ void Peers::adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
     p.conns.push_back(conn);
     conn->start();
   }
+  p.connectedOnce.store(true, std::memory_order_release);
   p.cv.notify_all();
   adopted_(*conn);
 }
@@ -243,6 +244,12 @@ bool Peers::connectionEnded(Connection& c) {
   }
   p.cv.notify_all();
   return gone;
+}
+
+bool Peers::connected(int peer) const {
+  Peer& p = at(peer);
+  std::lock_guard<std::mutex> lock(p.mu);
+  return std::any_of(p.conns.begin(), p.conns.end(), [](const auto& c) { return !c->ended() && !c->peerClosed(); });
 }
 
 void Peers::abortGroup(int peer, const FrameHeader& tmpl, const Error& e) {

@@ -67,6 +67,10 @@ class Peers {
   // now gone (every connection ended, goodbyes on as many as it announced).
   bool connectionEnded(Connection& c);
 
+  // Whether `peer` has a connection that is up (not ended, no goodbye).
+  bool connected(int peer) const;
+  // Whether a connection to `peer` was ever adopted (one atomic load).
+  bool everConnected(int peer) const { return at(peer).connectedOnce.load(std::memory_order_acquire); }
   // A group's ABORT (connections stay up) to every connection of `peer`.
   void abortGroup(int peer, const FrameHeader& tmpl, const Error& e);
   // Says goodbye on the connections to `peer` (a CLOSE built from `tmpl`,
@@ -97,6 +101,7 @@ class Peers {
     std::optional<SockAddr> addr;
     bool connecting = false;
     bool closed = false;  // the peer shut down cleanly
+    std::atomic<bool> connectedOnce{false};
     std::atomic<uint64_t> next{0};  // round-robin over conns
   };
   Peer& at(int rank) const { return *peers_[static_cast<size_t>(rank)]; }

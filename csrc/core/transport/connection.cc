@@ -211,13 +211,18 @@ void Connection::queueAbort(const FrameHeader& h, const Error& why, bool termina
     std::lock_guard<std::mutex> lock(mu_);
     if (error_ || stopping_ || endingAbort_ || (!terminal && closeQueued_)) return;
     // Frames not yet on the wire are dropped: all of them when the
-    // connection ends, else those of the aborted group. A frame already
-    // partly written must be finished first.
+    // connection ends, else the aborted group's traffic. The connection's
+    // own frames (the same-host hello and its answers) stay: the connection
+    // outlives the group. A frame already partly written must be finished
+    // first.
     std::deque<SendFrame> kept;
     for (size_t i = 0; i < queue_.size(); ++i) {
       SendFrame& f = queue_[i];
       const bool started = i == 0 && f.sent > 0;
-      if (!started && (terminal || getLE<uint64_t>(f.header + 8) == h.group)) {
+      const auto type = static_cast<FrameType>(f.header[kTypeOffset]);
+      const bool groupTraffic = type == FrameType::kData || type == FrameType::kRef ||
+                                type == FrameType::kRts || type == FrameType::kCts;
+      if (!started && (terminal || (groupTraffic && getLE<uint64_t>(f.header + 8) == h.group))) {
         dropped.push_back(f);
       } else {
         kept.push_back(f);

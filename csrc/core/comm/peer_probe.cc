@@ -1,0 +1,86 @@
+#include "comm/peer_probe.h"
+
+#include <algorithm>
+
+#include "util/thread_name.h"
+
+namespace mccl {
+
+namespace {
+constexpr Clock::time_point kNone = Clock::time_point::max();
+}
+
+PeerProbe::PeerProbe(int size, std::chrono::milliseconds delay, std::chrono::milliseconds dial,
+                     Needed needed, Dial dialFn)
+    : delay_(delay),
+      dial_(dial),
+      needed_(std::move(needed)),
+      dialFn_(std::move(dialFn)),
+      due_(static_cast<size_t>(size), kNone),
+      asked_(static_cast<size_t>(size), false) {}
+
+PeerProbe::~PeerProbe() { finish(); }
+
+void PeerProbe::expect(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_ || rank < 0 || rank >= static_cast<int>(due_.size())) return;
+  // Asked once: a peer that answers is connected from then on, and one
+  // that is only slow to answer is left to the op's timeout.
+  if (asked_[static_cast<size_t>(rank)]) return;
+  asked_[static_cast<size_t>(rank)] = true;
+  due_[static_cast<size_t>(rank)] = Clock::now() + delay_;
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] {
+      nameThisThread("mccl-probe");
+      loop();
+    });
+  }
+  cv_.notify_all();
+}
+
+void PeerProbe::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    auto next = std::min_element(due_.begin(), due_.end());
+    if (*next == kNone) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (Clock::now() < *next) {
+      cv_.wait_until(lock, *next);
+      continue;
+    }
+    const int rank = static_cast<int>(next - due_.begin());
+    *next = kNone;
+    lock.unlock();
+    if (needed_(rank)) {
+      {
+        std::lock_guard<std::mutex> count(mu_);
+        ++dialled_;
+      }
+      try {
+        dialFn_(rank, Deadline::after(dial_));
+      } catch (...) {  // dial reports what it finds itself
+      }
+    }
+    lock.lock();
+  }
+}
+
+void PeerProbe::finish() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    t = std::move(thread_);
+  }
+  cv_.notify_all();
+  if (t.joinable()) t.join();
+}
+
+int PeerProbe::dialled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dialled_;
+}
+
+}  // namespace mccl

@@ -1,0 +1,67 @@
+// PeerProbe: finds a dead peer that this rank waits for but was never
+// connected to.
+//
+// A peer's death is seen on its connections (reset, or EOF without a
+// goodbye). Connections open lazily, on a sender's first send, so a rank that
+// waits to receive from a peer that died before it sent (the root of a
+// broadcast, say) has no connection that could tell it, and would wait out
+// its op's timeout. So a receive from a peer this rank was never connected
+// to asks for a probe: if the peer has still not connected `delay` later,
+// this rank dials it. A peer that answers is now connected (its death would
+// be seen); one that refuses (its process is gone, or it shut the group
+// down) fails the group at once, naming it (see Communicator::probePeer).
+//
+// Threads: expect() from any thread; the probes run on one thread
+// ("mccl-probe"), started at the first expect(); finish() from the thread
+// that stops the group, which drops the probes not yet due and waits for
+// the dial in flight (bounded by its deadline).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "util/time.h"
+
+namespace mccl {
+
+class PeerProbe {
+ public:
+  // needed(rank): whether `rank` still needs a probe (never connected, the
+  // group live). dial(rank, deadline): the probe itself.
+  using Needed = std::function<bool(int rank)>;
+  using Dial = std::function<void(int rank, Deadline deadline)>;
+
+  PeerProbe(int size, std::chrono::milliseconds delay, std::chrono::milliseconds dial, Needed needed,
+            Dial dialFn);
+  ~PeerProbe();
+  PeerProbe(const PeerProbe&) = delete;
+  PeerProbe& operator=(const PeerProbe&) = delete;
+
+  // A receive from `rank` was posted and no connection to it ever existed.
+  void expect(int rank);
+  // Drops the probes not yet due, then joins the thread. Idempotent; later
+  // expect() calls do nothing.
+  void finish();
+  // Probes dialled so far (tests, diagnostics).
+  int dialled() const;
+
+ private:
+  void loop();
+
+  const std::chrono::milliseconds delay_, dial_;
+  const Needed needed_;
+  const Dial dialFn_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Clock::time_point> due_;  // per rank; max() = no probe pending
+  std::vector<bool> asked_;             // per rank: a probe was asked once
+  bool stop_ = false;
+  int dialled_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace mccl
