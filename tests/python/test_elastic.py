@@ -7,6 +7,7 @@ protocol alone."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
@@ -111,12 +112,32 @@ def test_survivors_agree_on_one_dead_set_under_races():
 def test_generation_publish_is_first_writer_wins():
     master, port = _store()
     a, b = Membership(_client(port), "gen"), Membership(_client(port), "gen")
-    assert a.publish(0, {"members": ["x"], "admitted": 1}, "a")
-    assert not b.publish(0, {"members": ["y"], "admitted": 1}, "b")  # a second founder loses
+    assert a.publish(0, {"members": ["x"], "admitted": 1})
+    assert not b.publish(0, {"members": ["y"], "admitted": 1})  # a second founder loses
     assert a.latest() == 0 and b.generation(0)["members"] == ["x"]
-    assert a.publish(1, {"members": ["x", "z"], "admitted": 2}, "a")
-    assert not b.publish(1, {"members": ["x"], "admitted": 2}, "b")  # a member that missed generation 1
+    assert a.publish(1, {"members": ["x", "z"], "admitted": 2})
+    assert not b.publish(1, {"members": ["x"], "admitted": 2})  # a member that missed generation 1
     assert b.latest() == 1 and b.generation(1)["members"] == ["x", "z"]
+    # Survivors that computed the same record all succeed, whoever wrote it.
+    assert a.publish(2, {"members": ["x"], "admitted": 2, "cause": "crash"})
+    assert b.publish(2, {"members": ["x"], "admitted": 2, "cause": "crash"})
+    assert a.latest() == 2
+    del master
+
+
+def test_a_writer_that_dies_midway_blocks_no_later_generation():
+    # A member wrote generation 3 and died before moving "gen" to it: readers
+    # look past "gen", and the next publish moves it on.
+    master, port = _store()
+    m = Membership(_client(port), "lag")
+    for n in range(3):
+        assert m.publish(n, {"members": ["x"], "admitted": 1})
+    m.store.set("g/3", json.dumps({"members": ["x", "y"], "admitted": 2}))  # "gen" still says 2
+    assert m.store.get("gen").decode() == "2" and m.latest() == 3
+    got = m.wait_admitted("y", m.register("y"), datetime.timedelta(seconds=5))
+    assert got[0] == 3
+    assert m.publish(4, {"members": ["x", "y"], "admitted": 3})
+    assert m.store.get("gen").decode() == "4" and m.latest() == 4
     del master
 
 
@@ -148,12 +169,12 @@ def test_a_joiner_passed_over_asks_again():
     end = time.monotonic() + 10
     while m.requests() < 2 and time.monotonic() < end:
         time.sleep(0.01)
-    assert m.publish(0, {"members": ["first"], "admitted": 2}, "first")  # request 2 passed over
+    assert m.publish(0, {"members": ["first"], "admitted": 2})  # request 2 passed over
     while m.requests() < 3 and time.monotonic() < end:
         time.sleep(0.01)
     assert m.requests() == 3, "the passed-over joiner did not ask again"
     assert [mid for _, mid in m.live_requests(3, 3, fresh_s=5.0)] == ["late"]
-    assert m.publish(1, {"members": ["first", "late"], "admitted": 3}, "first")
+    assert m.publish(1, {"members": ["first", "late"], "admitted": 3})
     t.join(20)
     assert got["result"][0] == 1 and got["result"][1]["members"] == ["first", "late"]
     del master
@@ -170,14 +191,14 @@ class Fleet:
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
 
-    def start(self, initial: int = 1) -> int:
+    def start(self, initial: int = 1, extra: list[str] | None = None) -> int:
         i = len(self.procs)
         log = self.tmp / f"worker{i}.log"
         out = self.tmp / "final.pt"
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKERS) + os.pathsep +
                    os.environ.get("PYTHONPATH", ""))
         cmd = [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", self.store,
-               "--initial", str(initial), "--out", str(out), *self.extra]
+               "--initial", str(initial), "--out", str(out), *self.extra, *(extra or [])]
         if self.lab is not None:
             cmd = self.lab.prefix(i) + cmd
             env.update(self.lab.rank_env(i))
@@ -355,6 +376,44 @@ def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
         want = replay(worlds, stop)
         for k in want:
             assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), k
+    finally:
+        fleet.kill_all()
+        del master
+
+
+def test_a_member_dies_as_it_relays_the_state_to_joiners(tmp_path):
+    # The third member kills itself as it starts to relay the live state to
+    # the joiners of a new generation. A joiner whose state was to come
+    # through it has no connection to anyone alive: the group's ABORT is
+    # relayed to it (it would otherwise wait out its 60 s timeout and be left
+    # out), it recovers with the survivors and takes its state from them.
+    # Every step is logged once with one world; the parameters equal the
+    # replay.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    try:
+        fleet.start(initial=3)
+        fleet.start(initial=3)
+        fleet.start(initial=3, extra=["--die-in-state-sync"])
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
+        joiners = [fleet.start(), fleet.start()]
+        fleet.wait_for("4 members", lambda: fleet.latest_world() == 4 and
+                       all("COMMIT" in fleet.text(j) for j in joiners), 120)
+        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the state sync" in fleet.text(2)
+        stop = max(fleet.commits()) + 10
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        survivors = [0, 1, *joiners]
+        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
+        fleet.assert_ok(survivors)
+        commits = fleet.commits()
+        assert sorted(commits) == list(range(stop))
+        assert all(len(ws) == 1 for ws in commits.values()), commits
+        worlds = {s: ws.pop() for s, ws in commits.items()}
+        got = torch.load(tmp_path / "final.pt")
+        want = replay(worlds, stop)
+        for k in want:
+            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), k
+        assert re.search(r"CHANGE gen \d+ crash world [34]", fleet.text(0)), fleet.text(0)[-3000:]
     finally:
         fleet.kill_all()
         del master

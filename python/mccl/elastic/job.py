@@ -148,6 +148,12 @@ class Job:
         self._poller: threading.Thread | None = None
         self._seen_requests = 0
         self._closing = False
+        # Whether this process's group of the current generation formed, and
+        # whether its state is the job's (a joiner's is not until the first
+        # state sync ends; rank 0 of the first generation's is by definition).
+        self._formed = False
+        self._synced = False
+        self._newcomer = False  # admitted, first state sync not yet done
 
     # ---- membership --------------------------------------------------------
     @property
@@ -174,15 +180,23 @@ class Job:
             signal.signal(s, handler)
 
     def _init_group(self, n: int, rec: dict) -> None:
+        """This process's group of generation n. The generation is this
+        process's from here on, formed or not: a group that fails to form
+        (a member died before its rendezvous) is recovered like one that
+        failed later, among the members its record lists."""
         rank = rec["members"].index(self.id)
+        self.generation, self.record, self._formed = n, rec, False
         store = dist.PrefixStore(f"pg/{n}/", self.members.store)
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=len(rec["members"]),
                                 timeout=self.timeout)
-        self.generation, self.record = n, rec
+        self._formed = True
 
-    def _publish(self, n: int, rec: dict) -> None:
-        if not self.members.publish(n, rec, self.id):
-            log.warning("mccl.elastic: generation %d was published by another member", n)
+    def _publish(self, n: int, rec: dict) -> dict:
+        """Generation n's record: `rec`, or the one another member wrote first."""
+        if self.members.publish(n, rec):
+            return rec
+        log.warning("mccl.elastic: generation %d was published by another member", n)
+        return self.members.generation(n)
 
     def join(self) -> None:
         """Blocks until this process is a member (the first generation forms
@@ -197,6 +211,8 @@ class Job:
             founders = [m for _, m in self.members.live_requests(1, last, fresh_s=30.0)]
             self._publish(0, {"members": founders, "admitted": last, "cause": "start", "step": 0})
         n, rec = self.members.wait_admitted(self.id, k, self.timeout)
+        self._synced = n == 0 and rec["members"][0] == self.id
+        self._newcomer = True
         self._init_group(n, rec)
         self._note(Change(n, "start" if n == 0 else "join", len(rec["members"]),
                           joined=[self.id], stall_s=time.monotonic() - t0, step=rec.get("step", 0)))
@@ -241,14 +257,20 @@ class Job:
         returns the loss. on_step(job, state, loss), if given, runs after each
         committed step (logging, metrics)."""
         self._sampler_batch = state.sampler.batch
-        if self.generation < 0:
-            self.join()
-            if state.sharded:
-                state.rebuild(state.initial() if self.generation == 0 and self.rank == 0 else None)
-            else:
-                self._sync(state, src=0, load=True)
-        while state.step < steps:
+        while True:
             try:
+                if self.generation < 0:
+                    self.join()
+                if self._newcomer:
+                    # A newcomer's first state, from rank 0 (the members
+                    # relay it in _change); a failure here is recovered too.
+                    if state.sharded:
+                        state.rebuild(state.initial() if self.generation == 0 and self.rank == 0 else None)
+                    else:
+                        self._sync(state, src=0, load=True)
+                    self._newcomer, self._synced = False, True
+                if state.step >= steps:
+                    break
                 if state.sharded and state.checkpoint_due():
                     state.save()
                 boundary = self._boundary(state.step)
@@ -279,7 +301,7 @@ class Job:
                     raise
                 if state.optimizer is not None:
                     state.optimizer.zero_grad(set_to_none=True)
-                self._recover(state, e)
+                self._recover_until_formed(state, e)
         return "done"
 
     @staticmethod
@@ -358,26 +380,30 @@ class Job:
             # last generation lists nobody, so a joiner still waiting learns
             # that the job is over instead of waiting out its timeout.
             end = {"members": [], "admitted": rec["admitted"], "step": state.step, "cause": "end"}
-            if self.rank == 0:
-                self._publish(n + 1, end)
+            self._publish(n + 1, end)  # every member writes the same record: whoever is first
             dist.destroy_process_group()
             self._note(Change(n + 1, "end", 0, left=old, stall_s=time.monotonic() - t0, step=state.step))
             return "left"
         if not joiners:
-            # Every member computes the same next generation.
-            nxt = {"members": stay, "admitted": rec["admitted"], "step": state.step, "cause": "leave"}
-            if stay[0] == self.id:
-                self._publish(n + 1, nxt)
-        elif stay[0] == self.id:
-            # One member looks at the joiners (those still waiting) and
-            # publishes; the others read what it wrote.
-            admitted = int(rec["admitted"]) + joiners
-            fresh = [m for _, m in self.members.live_requests(int(rec["admitted"]) + 1, admitted, fresh_s=5.0)]
-            nxt = {"members": stay + fresh, "admitted": admitted, "step": state.step,
-                   "cause": "join" if fresh else "leave" if leavers else "pass"}
-            self._publish(n + 1, nxt)
+            # Every member computes the same next generation and writes it
+            # (the same record: whoever is first), so no member's death
+            # leaves it unwritten.
+            nxt = self._publish(n + 1, {"members": stay, "admitted": rec["admitted"], "step": state.step,
+                                        "cause": "leave"})
         else:
-            self.members.store.wait([f"g/{n + 1}"], self.timeout)
+            if stay[0] == self.id:
+                # One member looks at the joiners (those still waiting) and
+                # publishes; the others read what it wrote.
+                admitted = int(rec["admitted"]) + joiners
+                fresh = [m for _, m in self.members.live_requests(int(rec["admitted"]) + 1, admitted,
+                                                                  fresh_s=5.0)]
+                self._publish(n + 1, {"members": stay + fresh, "admitted": admitted, "step": state.step,
+                                      "cause": "join" if fresh else "leave" if leavers else "pass"})
+            # The record is there once this barrier of the old group ends; a
+            # decider that dies before writing it fails the barrier (a
+            # failure recovered as any other) instead of leaving the others
+            # waiting on the store.
+            dist.barrier()
             nxt = self.members.generation(n + 1)
         left = [old[r] for r in leavers]
         joined = nxt["members"][len(stay):]
@@ -424,7 +450,7 @@ class Job:
         if hasattr(dist, "shrink_group"):
             c10d = dist.distributed_c10d
             dist.shrink_group(excluded, shrink_flags=c10d.SHRINK_ABORT if abort else c10d.SHRINK_DEFAULT)
-            self.generation, self.record = n, nxt
+            self.generation, self.record, self._formed = n, nxt, True
         else:
             dist.destroy_process_group()
             self._init_group(n, nxt)
@@ -439,42 +465,81 @@ class Job:
         except Exception:  # noqa: BLE001 - no group, or not an mccl one
             return []
 
+    def _recover_until_formed(self, state: State, error: Exception) -> None:
+        """_recover, again for each failure during it (another member died
+        while the survivors regrouped): each round recovers the generation
+        the last one got to."""
+        while True:
+            try:
+                self._recover(state, error)
+                return
+            except (dist.DistBackendError, RuntimeError, _CheckpointException) as e:
+                if not self._is_comm_failure(e):
+                    raise
+                error = e
+
     def _recover(self, state: State, error: Exception) -> None:
+        """After a failure of generation n (its group failed, or never
+        formed): the survivors among the members its record lists agree on
+        the dead, follow generation n + 1's record (theirs, or one a member
+        wrote before it failed) and make every member's state the job's."""
         t0 = time.monotonic()
-        n, world, rank = self.generation, self.world, self.rank
+        n, formed = self.generation, self._formed
         old = list(self.record["members"])
-        log.warning("mccl.elastic: generation %d failed at step %d: %s", n, state.step, str(error)[:300])
+        world, rank = len(old), old.index(self.id)
+        log.warning("mccl.elastic: generation %d %s at step %d: %s", n, "failed" if formed else "did not form",
+                    state.step, str(error)[:300])
         store = self.members.store
-        store.set(f"rec/{n}/step/{rank}", str(state.step))
-        self.members.check_in(n, rank, self._failed_peers())
+        # -1: this member's state is not the job's yet (a joiner before its
+        # first state), so it takes the state of one whose is.
+        store.set(f"rec/{n}/step/{rank}", str(state.step if self._synced else -1))
+        self.members.check_in(n, rank, self._failed_peers() if formed else [])
         d = self.members.decide(n, world, f"rec/{n}/step", self.crash_grace_s)
         if rank in d["dead"]:
-            dist.destroy_process_group()
+            if dist.is_initialized():
+                dist.destroy_process_group()
             raise Excluded(f"mccl.elastic: {self.id} was left out of generation {n + 1}: the other members "
                            f"did not hear from it within {self.crash_grace_s} s of the failure")
         dead = d["dead"]
         steps = {int(r): s for r, s in d["steps"].items()}
+        top = max(steps.values())
+        if top < 0 and int(self.record.get("step", 0)) > 0:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            raise RuntimeError(f"mccl.elastic: generation {n} failed with every member that held the job's "
+                               f"state (step {self.record.get('step')}); only newcomers survive, and they have "
+                               "nothing to go on from")
         stay = [m for r, m in enumerate(old) if r not in dead]
-        nxt = {"members": stay, "admitted": self.record["admitted"], "step": max(steps.values()),
-               "cause": "crash"}
-        if dead:
+        mine = {"members": stay, "admitted": self.record["admitted"], "step": max(top, 0),
+                "cause": "crash" if dead else "regroup"}
+        # Every survivor computes the same record; whoever writes it first,
+        # all follow generation n + 1 as written.
+        nxt = self._publish(n + 1, mine)
+        ours = nxt == mine
+        if ours and dead and formed:
             self._shrink(n + 1, nxt, dead, abort=True)
         else:
-            # Nobody died (a timeout, a lost link): a fresh group of the same members.
-            dist.destroy_process_group()
-            nxt["cause"] = "regroup"
+            # Nobody died (a timeout, a lost link), the group never formed, or
+            # another record came first: a fresh group of its members.
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            if self.id not in nxt["members"]:
+                raise Excluded(f"mccl.elastic: {self.id} is not a member of generation {n + 1}")
             self._init_group(n + 1, nxt)
-        if self.rank == 0:
-            self._publish(n + 1, nxt)
         # Members that had committed the failed step hand its state over; a
         # sharded state lost the dead member's shards: back to its checkpoint.
         sent = 0
-        top = max(steps.values())
         if state.sharded:
             lost = state.restore()
             log.warning("mccl.elastic: rolled back %d step(s) to the checkpoint of step %d", lost, state.step)
-        elif min(steps.values()) != top:
+        elif not ours:
+            # Another member's record (a join it decided before it failed):
+            # its rank 0 holds the state, as its joiners expect.
+            sent = self._sync(state, src=0, load=self.rank != 0)
+        elif min(steps.values()) != top or top < 0:
             src = min(stay.index(old[r]) for r, s in steps.items() if s == top)
-            sent = self._sync(state, src=src, load=steps[rank] != top)
+            load = steps[rank] != top or (top < 0 and self.rank != src)
+            sent = self._sync(state, src=src, load=load)
+        self._newcomer, self._synced = False, True
         self._note(Change(n + 1, nxt["cause"], self.world, left=[old[r] for r in dead],
                           stall_s=time.monotonic() - t0, state_bytes=sent, step=state.step))

@@ -7,8 +7,10 @@ Every key lives under ``mccl-elastic/<job>/``:
     join/<k>           request k: {"id", "host", "pid"}
     hb/<k>             request k's heartbeat (wall clock, while it waits)
     gen                the latest generation number, advanced by compare_set
-    claim/<n>          who writes generation n (the first compare_set wins)
-    g/<n>              generation n: {"members": [ids in rank order],
+                       (a reader also looks past it: a writer may die
+                       between writing g/<n> and moving it)
+    g/<n>              generation n, written once (the first compare_set
+                       wins): {"members": [ids in rank order],
                        "admitted": join requests handled so far, "cause", ...};
                        no members and cause "end": every member left, the job is over
     pg/<n>/...         the rendezvous of generation n's process group
@@ -16,9 +18,10 @@ Every key lives under ``mccl-elastic/<job>/``:
     rec/<n>/dead       ranks a survivor saw die (its connection failed)
     rec/<n>/decision   the dead set every survivor uses (first compare_set wins)
 
-A generation is claimed, then written (g/<n>), then ``gen`` moves to it;
-the claim and each decision key are compare_set, first writer wins, so two
-survivors can never install different worlds.
+A generation's record is written in one compare_set (first writer wins, and
+a writer that dies midway leaves nothing half-done), then ``gen`` moves to
+it; each decision key is compare_set too, so two survivors can never install
+different worlds.
 """
 
 from __future__ import annotations
@@ -81,22 +84,30 @@ class Membership:
     # ---- generations -----------------------------------------------------
     def latest(self) -> int:
         """The newest generation, or -1 before the first."""
-        if not self.has("gen"):
-            return -1
-        return int(self.store.get("gen").decode())
+        n = int(self.store.get("gen").decode()) if self.has("gen") else -1
+        # A writer that died after writing g/<n> but before moving gen
+        # leaves gen behind: the records themselves are the truth.
+        while self.has(f"g/{n + 1}"):
+            n += 1
+        return n
 
     def generation(self, n: int) -> dict:
         return self.get_json(f"g/{n}")
 
-    def publish(self, n: int, record: dict, writer: str) -> bool:
-        """Claims generation n for `writer` (first claim wins), writes its
-        record, then moves ``gen`` to it. False if another writer claimed it
-        (the caller reads theirs): a record, once written, never changes."""
-        if self.store.compare_set(f"claim/{n}", "", writer).decode() != writer:
+    def publish(self, n: int, record: dict) -> bool:
+        """Writes generation n's record unless one was written first, then
+        moves ``gen`` to it. True when generation n is `record` (written
+        here, or the same record written by another member that computed it
+        too); False when another record came first (the caller reads and
+        follows it): a record, once written, never changes."""
+        text = json.dumps(record)
+        if self.store.compare_set(f"g/{n}", "", text).decode() != text:
             return False
-        self.set_json(f"g/{n}", record)
-        expected = "" if n == 0 else str(n - 1)
-        self.store.compare_set("gen", expected, str(n))
+        for _ in range(8):  # gen only moves forward; others may move it too
+            cur = self.store.get("gen").decode() if self.has("gen") else ""
+            if cur and int(cur) >= n:
+                break
+            self.store.compare_set("gen", cur, str(n))
         return True
 
     def wait_admitted(self, member_id: str, k: int, timeout: timedelta,

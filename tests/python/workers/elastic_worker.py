@@ -6,6 +6,8 @@ the job's membership in one process. The job stops at the step the driver
 writes to the store key "stop_at" (every member reads it well before then)."""
 
 import argparse
+import os
+import signal
 import sys
 import time
 
@@ -55,6 +57,8 @@ if __name__ == "__main__":
     p.add_argument("--out", default="")
     p.add_argument("--fsdp", default="", help="FSDP2 (ShardedState), checkpoints in this folder")
     p.add_argument("--checkpoint-every", type=int, default=4)
+    p.add_argument("--die-in-state-sync", action="store_true",
+                   help="kill this process as it starts to relay the state to joiners")
     a = p.parse_args()
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
@@ -69,6 +73,15 @@ if __name__ == "__main__":
     # for dead (by design); CI's 2 cores can be that slow, so a wide grace.
     job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=60)
     job.leave_on_signals()
+    if a.die_in_state_sync:
+        relay = job._sync
+
+        def dying(state, src, load):
+            if not load:  # a member relaying the live state to a new generation
+                print("DYING in the state sync", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return relay(state, src, load)
+        job._sync = dying
 
     def on_step(job, state, loss):
         print(f"COMMIT {state.step - 1} world {job.world} rank {job.rank} gen {job.generation}", flush=True)
