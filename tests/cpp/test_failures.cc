@@ -4,6 +4,8 @@
 
 #include <optional>
 
+#include "comm/abort_relay.h"
+#include "comm/peer_probe.h"
 #include "harness.h"
 
 namespace mccl::test {
@@ -272,6 +274,66 @@ TEST(Probe, ASlowSenderIsNotTakenForDead) {
       EXPECT_EQ(v, 7);
     }
   }, [](CommConfig& c) { c.timeout = std::chrono::seconds(20); });
+}
+
+// The relay on its own: it stops at the first rank reached, goes on past it
+// when that rank turns out lost, and finish() does not wait while it is
+// parked.
+TEST(AbortRelayUnit, GoesOnPastARankThatTurnsOutLost) {
+  AbortRelay relay;
+  std::mutex mu;
+  std::vector<int> asked;
+  relay.start({1, 2, 3, 0}, std::chrono::milliseconds(100), [&](int r, Deadline) {
+    std::lock_guard<std::mutex> lock(mu);
+    asked.push_back(r);
+    return r != 2;  // rank 2 cannot be reached
+  });
+  auto waitTried = [&](size_t n) {
+    for (int i = 0; i < 500 && relay.tried().size() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return relay.tried();
+  };
+  EXPECT_EQ(waitTried(1), std::vector<int>({1}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(relay.tried(), std::vector<int>({1})) << "it went on past a rank it reached";
+  relay.lost(1);  // rank 1's link failed after all
+  EXPECT_EQ(waitTried(3), std::vector<int>({1, 2, 3}));
+  relay.lost(0);  // a rank not reached yet is skipped when its turn comes
+  relay.lost(3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(relay.tried(), std::vector<int>({1, 2, 3}));
+  auto start = Clock::now();
+  relay.finish(Deadline::after(std::chrono::seconds(5)));
+  EXPECT_LT(secondsSince(start), 1.0);
+}
+
+TEST(PeerProbeUnit, ProbesEachPeerOnceAfterTheDelayAndOnlyIfStillNeeded) {
+  std::mutex mu;
+  std::vector<int> dialled;
+  std::atomic<bool> need3{true};
+  PeerProbe probe(4, std::chrono::milliseconds(100), std::chrono::milliseconds(100),
+                  [&](int r) { return r != 3 || need3.load(); },
+                  [&](int r, Deadline) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    dialled.push_back(r);
+                  });
+  auto start = Clock::now();
+  probe.expect(1);
+  probe.expect(1);
+  probe.expect(3);
+  need3 = false;  // rank 3 connected meanwhile
+  for (int i = 0; i < 500 && probe.dialled() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_GE(secondsSince(start), 0.09);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(dialled, std::vector<int>({1}));
+  }
+  probe.expect(2);  // after the thread went idle: a new one probes it
+  for (int i = 0; i < 500 && probe.dialled() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  probe.finish();
+  probe.expect(0);  // after finish: nothing
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(dialled, std::vector<int>({1, 2}));
 }
 
 TEST(PeerShutdown, PendingOpFailsFastNamingThePeer) {

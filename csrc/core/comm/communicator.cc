@@ -20,6 +20,15 @@ constexpr auto kRelayDial = std::chrono::milliseconds(2000);
 // (a live sender has usually connected by then), and that dial's bound.
 constexpr auto kProbeDelay = std::chrono::milliseconds(1000);
 constexpr auto kProbeDial = std::chrono::milliseconds(2000);
+// After a refusal: how long a connection the peer opened before it went
+// may still sit in this rank's listener (it sent, then shut down).
+constexpr auto kProbeSettle = std::chrono::milliseconds(1000);
+
+// The probe's delay, spread by rank over a quarter more so that ranks that
+// all wait for one late root do not dial it in the same millisecond.
+std::chrono::milliseconds probeDelay(int rank) {
+  return kProbeDelay + std::chrono::milliseconds((static_cast<int64_t>(rank) * 37) % (kProbeDelay.count() / 4));
+}
 
 Matching::Context matchingContext(const CommConfig& cfg, const std::string& label,
                                   std::function<std::string(int)> peerName) {
@@ -74,7 +83,8 @@ Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& confi
              l->peers().postControl(members_[static_cast<size_t>(peer)], h, d);
            },
            static_cast<uint32_t>(config.rank)),
-      probe_(config.size, kProbeDelay, std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
+      connectedOnce_(new std::atomic<bool>[static_cast<size_t>(config.size)]()),
+      probe_(config.size, probeDelay(config.rank), std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
              [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { probePeer(r, d); }) {}
 
 Communicator::Communicator(const CommConfig& config, std::shared_ptr<Links> links, uint64_t groupId,
@@ -101,7 +111,8 @@ Communicator::Communicator(const CommConfig& config, std::shared_ptr<Links> link
              l->peers().postControl(members_[static_cast<size_t>(peer)], h, d);
            },
            static_cast<uint32_t>(members_[static_cast<size_t>(config.rank)])),
-      probe_(config.size, kProbeDelay, std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
+      connectedOnce_(new std::atomic<bool>[static_cast<size_t>(config.size)]()),
+      probe_(config.size, probeDelay(config.rank), std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
              [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { probePeer(r, d); }) {}
 
 void Communicator::bootstrap() {
@@ -282,8 +293,8 @@ void Communicator::stopThreads(bool graceful) {
   }
   // A failed group's ABORT reaches the members no connection tells
   // (bounded), before the connections start to close.
+  probe_.finish();  // first: a probe may still poison, and that is relayed
   relay_.finish(Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace)));
-  probe_.finish();
   auto l = links();
   if (l) l->peers().stopAccepting();
   engine_.stop();
@@ -331,8 +342,8 @@ std::shared_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclu
   }
   // The ABORT of a failure reaches the members no connection tells before
   // the links change hands (bounded).
-  relay_.finish(Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace)));
   probe_.finish();
+  relay_.finish(Deadline::after(std::chrono::duration_cast<std::chrono::milliseconds>(kCloseGrace)));
   // From here the links' events are the successor's business.
   retired_.store(true);
   engine_.stop();
@@ -424,8 +435,15 @@ void Communicator::postRecv(const std::shared_ptr<RecvRequest>& req) {
 
 void Communicator::expectFrom(int peer) {
   if (peer < 0 || peer >= cfg_.size || peer == cfg_.rank) return;
+  auto& seen = connectedOnce_[static_cast<size_t>(peer)];
+  if (seen.load(std::memory_order_relaxed)) return;  // the usual case: one load
   auto l = links();
-  if (l && !l->peers().everConnected(members_[static_cast<size_t>(peer)])) probe_.expect(peer);
+  if (!l) return;
+  if (l->peers().everConnected(members_[static_cast<size_t>(peer)])) {
+    seen.store(true, std::memory_order_relaxed);
+  } else {
+    probe_.expect(peer);
+  }
 }
 
 bool Communicator::probeNeeded(int peer) const {
@@ -436,16 +454,27 @@ bool Communicator::probeNeeded(int peer) const {
 void Communicator::probePeer(int peer, Deadline deadline) {
   auto l = links();
   if (!l) return;
-  try {
-    l->peers().connectionsTo(members_[static_cast<size_t>(peer)], deadline);
-  } catch (const Error& e) {
-    // Refused, reset or told goodbye: it is gone. A dial that only timed
-    // out proves nothing (a slow host): the op's timeout decides.
-    if (e.kind() == ErrorKind::kTimeout || poisoned() || retired_.load()) return;
-    poison(Error(ErrorKind::kRemote, strCat(selfName(), ": ", peerName(peer),
-                                            " cannot be reached while this rank waits for its data: ",
-                                            e.what(), "; its process has died or left the group")));
+  const int family = members_[static_cast<size_t>(peer)];
+  std::string why;
+  // Only a refused connect proves the peer gone: a dial that timed out (a
+  // slow host), a dropped handshake (a live listener in a burst) or a local
+  // error prove nothing, and the op's timeout decides.
+  if (l->peers().probe(family, deadline, &why) != Peers::Probe::kRefused) return;
+  // A peer that sent and then shut down may have left its connection in
+  // this rank's listener: once adopted, its goodbye ends only what still
+  // waits for it (peerGone), as any clean close does.
+  Deadline settle = Deadline::after(kProbeSettle);
+  while (!settle.expired()) {
+    if (l->peers().everConnected(family) || poisoned() || retired_.load() || probe_.stopping()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  {
+    std::lock_guard<std::mutex> lock(poisonMu_);
+    if (std::find(failedPeers_.begin(), failedPeers_.end(), peer) == failedPeers_.end()) failedPeers_.push_back(peer);
+  }
+  poison(Error(ErrorKind::kRemote, strCat(selfName(), ": ", peerName(peer),
+                                          " cannot be reached while this rank waits for its data: ", why,
+                                          "; its process has died or left the group")));
 }
 
 std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* data, size_t bytes,
@@ -513,6 +542,7 @@ void Communicator::linkFailed(int peer, const Error& err) {
   // The link names the peer by its rank in the group that made the links.
   const std::string as = g == peer ? std::string() : strCat(" (rank ", g, " of this group)");
   poison(Error(err.kind(), strCat(selfName(), ": ", err.what(), as)));
+  relay_.lost(g);  // if the relay counted it as told, it goes on past it
 }
 
 std::vector<int> Communicator::failedPeers() const {
@@ -523,6 +553,7 @@ std::vector<int> Communicator::failedPeers() const {
 void Communicator::peerGone(int peer) {
   const int g = groupRank(static_cast<uint32_t>(peer));
   if (retired_.load() || g < 0) return;
+  relay_.lost(g);
   // Everything the peer sent has arrived: whatever else we wait for from it
   // will never come.
   matching_.sourceClosed(static_cast<uint32_t>(g),

@@ -214,6 +214,8 @@ class Communicator final : public OpHost, public LinkOwner {
   std::string successor_;
   std::atomic<bool> retired_{false};
 
+  // Per group rank: a connection to it was seen (the probe is moot).
+  std::unique_ptr<std::atomic<bool>[]> connectedOnce_;
   // Last: their threads use the members above.
   AbortRelay relay_;
   PeerProbe probe_;

@@ -22,30 +22,35 @@ PeerProbe::PeerProbe(int size, std::chrono::milliseconds delay, std::chrono::mil
 PeerProbe::~PeerProbe() { finish(); }
 
 void PeerProbe::expect(int rank) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stop_ || rank < 0 || rank >= static_cast<int>(due_.size())) return;
-  // Asked once: a peer that answers is connected from then on, and one
-  // that is only slow to answer is left to the op's timeout.
-  if (asked_[static_cast<size_t>(rank)]) return;
-  asked_[static_cast<size_t>(rank)] = true;
-  due_[static_cast<size_t>(rank)] = Clock::now() + delay_;
-  if (!thread_.joinable()) {
-    thread_ = std::thread([this] {
-      nameThisThread("mccl-probe");
-      loop();
-    });
+  std::thread old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || rank < 0 || rank >= static_cast<int>(due_.size())) return;
+    // Asked once: a peer that answers is connected from then on, and one
+    // that is only slow to answer is left to the op's timeout.
+    if (asked_[static_cast<size_t>(rank)]) return;
+    asked_[static_cast<size_t>(rank)] = true;
+    due_[static_cast<size_t>(rank)] = Clock::now() + delay_;
+    if (!running_) {
+      // The thread ends when nothing is due (a group can live long with
+      // nothing to probe); the last one has ended or is ending.
+      old = std::move(thread_);
+      running_ = true;
+      thread_ = std::thread([this] {
+        nameThisThread("mccl-probe");
+        loop();
+      });
+    }
+    cv_.notify_all();
   }
-  cv_.notify_all();
+  if (old.joinable()) old.join();
 }
 
 void PeerProbe::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     auto next = std::min_element(due_.begin(), due_.end());
-    if (*next == kNone) {
-      cv_.wait(lock);
-      continue;
-    }
+    if (*next == kNone) break;
     if (Clock::now() < *next) {
       cv_.wait_until(lock, *next);
       continue;
@@ -65,6 +70,7 @@ void PeerProbe::loop() {
     }
     lock.lock();
   }
+  running_ = false;
 }
 
 void PeerProbe::finish() {
@@ -76,6 +82,11 @@ void PeerProbe::finish() {
   }
   cv_.notify_all();
   if (t.joinable()) t.join();
+}
+
+bool PeerProbe::stopping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
 }
 
 int PeerProbe::dialled() const {

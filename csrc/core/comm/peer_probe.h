@@ -12,9 +12,10 @@
 // down) fails the group at once, naming it (see Communicator::probePeer).
 //
 // Threads: expect() from any thread; the probes run on one thread
-// ("mccl-probe"), started at the first expect(); finish() from the thread
-// that stops the group, which drops the probes not yet due and waits for
-// the dial in flight (bounded by its deadline).
+// ("mccl-probe"), started when a probe is asked and ending when none is
+// due; finish() from the thread that stops the group, which drops the
+// probes not yet due and waits for the one in flight (its dial is bounded by
+// its deadline; what follows it checks stopping()).
 #pragma once
 
 #include <chrono>
@@ -46,6 +47,8 @@ class PeerProbe {
   // Drops the probes not yet due, then joins the thread. Idempotent; later
   // expect() calls do nothing.
   void finish();
+  // Whether finish() was called (a probe in flight ends early).
+  bool stopping() const;
   // Probes dialled so far (tests, diagnostics).
   int dialled() const;
 
@@ -60,6 +63,7 @@ class PeerProbe {
   std::vector<Clock::time_point> due_;  // per rank; max() = no probe pending
   std::vector<bool> asked_;             // per rank: a probe was asked once
   bool stop_ = false;
+  bool running_ = false;  // the thread is in loop()
   int dialled_ = 0;
   std::thread thread_;
 };

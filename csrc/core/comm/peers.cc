@@ -114,17 +114,25 @@ void Peers::lateGoodbye(Connection& conn) {
   conn.close();
 }
 
-void Peers::connect(int peer, Deadline deadline) {
-  SockAddr addr = addressOf(peer, deadline);
+void Peers::connect(int peer, Deadline deadline, bool probing, bool* refusedAtConnect) {
+  // A probe does not wait on the store for a peer that never published.
+  SockAddr addr = addressOf(peer, probing ? deadline.earlier(Deadline::after(std::chrono::milliseconds(200)))
+                                          : deadline);
   for (int i = 0; i < cfg_.nsocksPerPeer; ++i) {
     std::string what = strCat(self_, ": connection to rank ", peer, where(peer));
-    Socket s = Socket::connect(addr, deadline, what);
+    Socket s;
+    try {
+      s = Socket::connect(addr, deadline, what);
+    } catch (const Error& e) {
+      if (refusedAtConnect != nullptr) *refusedAtConnect = i == 0 && e.kind() == ErrorKind::kRemote;
+      throw;
+    }
     SessionKey key;
     try {
       Deadline hs = deadline.earlier(Deadline::after(cfg_.handshakeTimeout));
       key = handshakeAsConnector(s, identity_, static_cast<uint32_t>(peer), hs);
     } catch (const Error& e) {
-      if (e.kind() == ErrorKind::kRemote && refused_) {
+      if (e.kind() == ErrorKind::kRemote && refused_ && !probing) {
         refused_(peer, Error(e.kind(), strCat("connection to rank ", peer, where(peer), ": ", e.what())));
       }
       throwError(e.kind(), what, ": ", e.what());
@@ -185,6 +193,30 @@ std::vector<std::shared_ptr<Connection>> Peers::connectionsTo(int peer, Deadline
                " closed right after it was opened");
   }
   return conns;
+}
+
+Peers::Probe Peers::probe(int peer, Deadline deadline, std::string* why) {
+  Peer& p = at(peer);
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (!p.conns.empty() || p.closed) return Probe::kConnected;  // its end is seen on them
+    if (p.connecting) return Probe::kUnknown;  // another thread connects: it will see
+    p.connecting = true;
+  }
+  bool refused = false;
+  Probe out = Probe::kConnected;
+  try {
+    connect(peer, deadline, true, &refused);
+  } catch (const Error& e) {
+    *why = e.what();
+    out = refused ? Probe::kRefused : Probe::kUnknown;
+  }
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.connecting = false;
+  }
+  p.cv.notify_all();
+  return out;
 }
 
 void Peers::postSend(int peer, const std::shared_ptr<SendRequest>& req, const FrameHeader& tmpl,

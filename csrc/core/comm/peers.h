@@ -69,6 +69,16 @@ class Peers {
 
   // Whether `peer` has a connection that is up (not ended, no goodbye).
   bool connected(int peer) const;
+  // A probe of `peer` (comm/peer_probe.h): connects as connectionsTo()
+  // does, but a refused handshake does not report the peer as refusing (the
+  // listener of a live peer may drop handshakes in a burst), and the answer
+  // says only what the dial proves.
+  enum class Probe {
+    kConnected,  // connected now, or was already
+    kRefused,    // nothing listens at its address: its process or group is gone
+    kUnknown,    // not proven either way (slow, no address yet, local error)
+  };
+  Probe probe(int peer, Deadline deadline, std::string* why);
   // Whether a connection to `peer` was ever adopted (one atomic load).
   bool everConnected(int peer) const { return at(peer).connectedOnce.load(std::memory_order_acquire); }
   // A group's ABORT (connections stay up) to every connection of `peer`.
@@ -106,7 +116,9 @@ class Peers {
   };
   Peer& at(int rank) const { return *peers_[static_cast<size_t>(rank)]; }
   SockAddr addressOf(int peer, Deadline deadline);
-  void connect(int peer, Deadline deadline);
+  // `probing`: a refused handshake is not reported through refused_, and
+  // *refusedAtConnect says whether the TCP connect itself was refused.
+  void connect(int peer, Deadline deadline, bool probing = false, bool* refusedAtConnect = nullptr);
   // Too late to serve a connection: say why, then close it.
   void lateGoodbye(Connection& conn);
 
