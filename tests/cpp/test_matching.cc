@@ -3,6 +3,8 @@
 
 #include <cstring>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "comm/matching.h"
 
@@ -145,6 +147,79 @@ TEST(Matching, AnySourceTakesEarliestInPairOrder) {
     ASSERT_TRUE(r->done());
     EXPECT_EQ(std::string(out, 2), want);
   }
+}
+
+// Two messages of one pair may arrive out of order (striped over several
+// connections): receives from any rank that wait when the later one arrives
+// take it once the earlier one is matched, whichever call matched it.
+OpSignature p2pSig() {
+  OpSignature s;
+  s.op = OpKind::kSendRecv;
+  s.dtype = DataType::kUInt8;
+  s.count = 2;
+  return s;
+}
+
+FrameHeader p2pFrame(uint64_t seq, uint32_t src, FrameType type = FrameType::kData) {
+  FrameHeader h = frame(seq, 5, src, 0, type == FrameType::kRts ? 0 : 2, 2, p2pSig());
+  h.flags = kFlagP2P;
+  h.type = type;
+  return h;
+}
+
+TEST(Matching, WaitingAnySourceTakesAMessageThatBecomesNextLater) {
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
+  char a[2] = {0}, b[2] = {0};
+  auto r1 = std::make_shared<RecvRequest>(MsgKey{1, 0, 5, 0}, a, 2, p2pSig());
+  auto r2 = std::make_shared<RecvRequest>(MsgKey{1, 0, 5, 0}, b, 2, p2pSig());
+  m.postAnySource(r1);
+  m.postAnySource(r2);
+  deliver(m, p2pFrame(1, 3), "b3");  // rank 3's second message first: buffered
+  EXPECT_FALSE(r1->done());
+  deliver(m, p2pFrame(0, 3), "a3");
+  ASSERT_TRUE(r1->done());
+  ASSERT_TRUE(r2->done()) << "the buffered second message was not given to the waiting receive";
+  EXPECT_EQ(std::string(a, 2), "a3");
+  EXPECT_EQ(std::string(b, 2), "b3");
+  EXPECT_EQ(m.unexpectedBytes(), 0u);
+}
+
+TEST(Matching, WaitingAnySourceTakesAnAnnouncedMessageAndItsClearToSendIsSent) {
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
+  std::vector<std::tuple<uint32_t, uint64_t, uint32_t>> cts;
+  m.setCtsDue([&](uint32_t src, uint64_t seq, uint32_t tag) { cts.emplace_back(src, seq, tag); });
+  char a[2] = {0}, b[2] = {0};
+  auto r1 = std::make_shared<RecvRequest>(MsgKey{1, 0, 5, 0}, a, 2, p2pSig());
+  auto r2 = std::make_shared<RecvRequest>(MsgKey{1, 0, 5, 0}, b, 2, p2pSig());
+  m.postAnySource(r1);
+  m.postAnySource(r2);
+  EXPECT_FALSE(m.incomingRts(p2pFrame(1, 2, FrameType::kRts)));  // announced out of order: buffered
+  deliver(m, p2pFrame(0, 2), "x2");
+  ASSERT_TRUE(r1->done());
+  ASSERT_EQ(cts.size(), 1u);
+  EXPECT_EQ(cts[0], std::make_tuple(2u, uint64_t{1}, 5u));
+  deliver(m, p2pFrame(1, 2), "y2");  // the data its clear-to-send asked for
+  ASSERT_TRUE(r2->done());
+  EXPECT_EQ(std::string(b, 2), "y2");
+}
+
+TEST(Matching, ASpecificReceiveMovesThePairOnForAWaitingAnySource) {
+  ScratchPool pool(1 << 24);
+  Matching m(ctx(), 1 << 20, pool);
+  char any[2] = {0}, spec[2] = {0};
+  auto ra = std::make_shared<RecvRequest>(MsgKey{1, 0, 5, 0}, any, 2, p2pSig());
+  m.postAnySource(ra);
+  deliver(m, p2pFrame(1, 3), "n1");  // rank 3's message 1 before its message 0
+  auto rs = std::make_shared<RecvRequest>(MsgKey{1, 0, 5, 3}, spec, 2, p2pSig());
+  m.post(rs);  // takes rank 3's message 0 (not here yet): message 1 is next
+  ASSERT_TRUE(ra->done());
+  EXPECT_EQ(std::string(any, 2), "n1");
+  EXPECT_FALSE(rs->done());
+  deliver(m, p2pFrame(0, 3), "n0");
+  ASSERT_TRUE(rs->done());
+  EXPECT_EQ(std::string(spec, 2), "n0");
 }
 
 TEST(Matching, FailAllWaitsForPayloadsInFlight) {

@@ -75,6 +75,37 @@ bool Matching::bindAnySource(const FrameHeader& h) {
   return false;
 }
 
+void Matching::rematchAnySource(uint32_t src, uint32_t slot, DoneList* done, std::vector<MsgKey>* cts) {
+  for (;;) {
+    auto waiting = std::find_if(anySource_.begin(), anySource_.end(),
+                                [slot](const auto& r) { return r->key.slot == slot; });
+    if (waiting == anySource_.end()) return;
+    uint64_t& next = recvCounter_[{src, slot}];
+    auto u = unexpected_.find(MsgKey{1, next, slot, src});
+    if (u == unexpected_.end()) return;
+    const auto req = *waiting;
+    anySource_.erase(waiting);
+    try {
+      validatePosted(*req, u->second.first);
+    } catch (const Error& e) {
+      // As at the call: this receive fails, the message stays for one that fits.
+      done->emplace_back(req, std::make_unique<Error>(e));
+      continue;
+    }
+    ++next;
+    req->key = u->first;
+    req->matched = true;
+    if (absorb(req, u->second, done)) cts->push_back(req->key);
+    if (u->second.parts.empty()) unexpected_.erase(u);
+  }
+}
+
+void Matching::sendDueCts(const std::vector<MsgKey>& cts) const {
+  for (const auto& k : cts) {
+    if (ctsDue_) ctsDue_(k.src, k.seq, k.slot);
+  }
+}
+
 void Matching::account(const std::shared_ptr<RecvRequest>& req, size_t bytes, DoneList* done) {
   req->received += bytes;
   if (req->received == req->bytes) {
@@ -90,16 +121,21 @@ void Matching::finishAll(DoneList& done) {
 
 void* Matching::incoming(const FrameHeader& h) {
   DoneList done;
+  std::vector<MsgKey> cts;
   void* dst = nullptr;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    bool rebound = false;  // an any-source receive took this pair's next message
     const MsgKey key{static_cast<uint8_t>(h.isP2P() ? 1 : 0), h.seq, h.slot, h.src};
     bool overBudget = false;
     for (;;) {
       if (poison_) throw *poison_;
       if (!h.isP2P()) checkCollective(h);
       auto it = posted_.find(key);
-      if (it == posted_.end() && h.isP2P() && bindAnySource(h)) it = posted_.find(key);
+      if (it == posted_.end() && h.isP2P() && bindAnySource(h)) {
+        it = posted_.find(key);
+        rebound = true;
+      }
       if (it != posted_.end()) {
         const auto req = it->second;  // copy: account() may erase the map entry
         validatePosted(*req, h);
@@ -138,8 +174,10 @@ void* Matching::incoming(const FrameHeader& h) {
         }
       }
     }
+    if (rebound) rematchAnySource(h.src, h.slot, &done, &cts);
   }
   finishAll(done);
+  sendDueCts(cts);
   return dst;
 }
 
@@ -227,6 +265,7 @@ bool Matching::absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, Do
 
 bool Matching::post(const std::shared_ptr<RecvRequest>& req) {
   DoneList done;
+  std::vector<MsgKey> due;
   bool cts = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -249,14 +288,18 @@ bool Matching::post(const std::shared_ptr<RecvRequest>& req) {
         cts = absorb(req, u->second, &done);
         if (u->second.parts.empty()) unexpected_.erase(u);
       }
+      // This pair's next message may be one an any-source receive waits for.
+      if (req->key.p2p) rematchAnySource(req->key.src, req->key.slot, &done, &due);
     }
   }
   finishAll(done);
+  sendDueCts(due);
   return cts;
 }
 
 bool Matching::postAnySource(const std::shared_ptr<RecvRequest>& req) {
   DoneList done;
+  std::vector<MsgKey> due;
   bool cts = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -281,28 +324,43 @@ bool Matching::postAnySource(const std::shared_ptr<RecvRequest>& req) {
         ++recvCounter_[{req->key.src, req->key.slot}];
         cts = absorb(req, best->second, &done);
         if (best->second.parts.empty()) unexpected_.erase(best);
+        rematchAnySource(req->key.src, req->key.slot, &done, &due);
       }
     }
   }
   finishAll(done);
+  sendDueCts(due);
   return cts;
 }
 
 bool Matching::incomingRts(const FrameHeader& h) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (poison_) throw *poison_;
-  const MsgKey key{1, h.seq, h.slot, h.src};
-  auto it = posted_.find(key);
-  if (it == posted_.end() && bindAnySource(h)) it = posted_.find(key);
-  if (it != posted_.end()) {
-    validatePosted(*it->second, h);
-    return true;
+  DoneList done;
+  std::vector<MsgKey> due;
+  bool cts = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (poison_) throw *poison_;
+    const MsgKey key{1, h.seq, h.slot, h.src};
+    auto it = posted_.find(key);
+    bool rebound = false;
+    if (it == posted_.end() && bindAnySource(h)) {
+      it = posted_.find(key);
+      rebound = true;
+    }
+    if (it != posted_.end()) {
+      validatePosted(*it->second, h);
+      cts = true;
+      if (rebound) rematchAnySource(h.src, h.slot, &done, &due);
+    } else {
+      Unexpected& u = unexpected_[key];
+      u.first = h;
+      u.arrival = ++arrivals_;
+      u.rts = true;
+    }
   }
-  Unexpected& u = unexpected_[key];
-  u.first = h;
-  u.arrival = ++arrivals_;
-  u.rts = true;
-  return false;
+  finishAll(done);
+  sendDueCts(due);
+  return cts;
 }
 
 bool Matching::cancel(const std::shared_ptr<RecvRequest>& req) {

@@ -72,6 +72,12 @@ class Matching {
   bool incomingRts(const FrameHeader& h);
   // Withdraws a receive that has not matched yet (returns false if it has).
   bool cancel(const std::shared_ptr<RecvRequest>& req);
+  // Where a clear-to-send goes for an announced (RTS) message that a waiting
+  // any-source receive took on another call's thread: the message became
+  // next in its pair's order when an earlier one was matched (see
+  // rematchAnySource). Called without the lock; set once, before traffic.
+  using CtsDue = std::function<void(uint32_t src, uint64_t seq, uint32_t tag)>;
+  void setCtsDue(CtsDue fn) { ctsDue_ = std::move(fn); }
 
   // Fails every posted receive with `e` and makes later calls fail.
   void failAll(const Error& e);
@@ -101,6 +107,12 @@ class Matching {
   std::string mismatchText(uint64_t seq, const OpSignature& mine, const FrameHeader& theirs) const;
   void validatePosted(const RecvRequest& req, const FrameHeader& h) const;
   bool bindAnySource(const FrameHeader& h);
+  // The counter of pair (src, tag) moved on: waiting any-source receives of
+  // that tag take the buffered messages that are now next in the pair's
+  // order (out of order arrival: frames of two messages striped over
+  // several connections). Under mu_; RTS messages taken go to *cts.
+  void rematchAnySource(uint32_t src, uint32_t slot, DoneList* done, std::vector<MsgKey>* cts);
+  void sendDueCts(const std::vector<MsgKey>& cts) const;
   // Returns true if `u` was a ready-to-send (a clear-to-send is due).
   bool absorb(const std::shared_ptr<RecvRequest>& req, Unexpected& u, DoneList* done);
   bool settlePart(const MsgKey& key, void* dst, bool ok, DoneList* done);
@@ -117,6 +129,7 @@ class Matching {
   std::map<MsgKey, std::shared_ptr<RecvRequest>> failing_;  // failed, payload in flight
   std::map<MsgKey, Unexpected> unexpected_;
   std::vector<std::shared_ptr<RecvRequest>> anySource_;  // FIFO
+  CtsDue ctsDue_;
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> recvCounter_;  // (src, tag) -> next
   std::map<uint64_t, OpSignature> active_;
   std::map<uint32_t, Error> closedSources_;

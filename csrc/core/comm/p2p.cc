@@ -10,7 +10,11 @@ PointToPoint::PointToPoint(OpHost& host, Matching& matching, Watchdog& watchdog,
       matching_(matching),
       watchdog_(watchdog),
       postControl_(std::move(postControl)),
-      wireRank_(wireRank) {}
+      wireRank_(wireRank) {
+  // An announced message that a waiting any-source receive took when it
+  // became next in order (matching.h) gets its clear-to-send here.
+  matching_.setCtsDue([this](uint32_t src, uint64_t seq, uint32_t tag) { sendCts(static_cast<int>(src), seq, tag); });
+}
 
 FrameHeader PointToPoint::header(uint64_t seq, uint32_t tag) const {
   FrameHeader h;
