@@ -109,6 +109,50 @@ def test_survivors_agree_on_one_dead_set_under_races():
     del master
 
 
+def test_a_joiner_that_sees_a_failure_first_does_not_decide_alone():
+    # Generation 5 (step 40) failed before its group formed; the joiner (rank
+    # 2, no state yet: step -1) checks in first. Past the grace it still
+    # waits for a member that holds the state, and the decision keeps both
+    # members that check in later.
+    master, port = _store()
+    n, results = 5, {}
+
+    def check_in(rank, step, delay):
+        m = Membership(_client(port), "holder")
+        time.sleep(delay)
+        m.store.set(f"rec/{n}/step/{rank}", str(step))
+        m.check_in(n, rank, [])
+        results[rank] = m.decide(n, 3, f"rec/{n}/step", grace_s=0.2, holder_s=20.0)
+
+    threads = [threading.Thread(target=check_in, args=(2, -1, 0.0)),
+               threading.Thread(target=check_in, args=(0, 40, 1.0)),
+               threading.Thread(target=check_in, args=(1, 40, 1.0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    d = results[2]
+    assert d["dead"] in ([], [0], [1]), d  # never both members
+    assert any(s >= 0 for s in d["steps"].values()), d
+    assert all(results[r] == d for r in results)
+    del master
+
+
+def test_a_group_after_a_failed_rendezvous_gets_the_usual_name(tmp_path):
+    # A failed init_process_group leaves torch's group counter raised; the
+    # next generation's group must still get the name every member uses
+    # (else its store prefix differs and the members never meet).
+    import mccl.elastic as elastic
+    job = elastic.Job(dist.HashStore(), "names", member_id="solo")
+    dist.distributed_c10d._world.group_count = 3  # as a failed init leaves it
+    try:
+        job._init_group(0, {"members": ["solo"], "admitted": 1, "cause": "start", "step": 0})
+        assert dist.distributed_c10d._get_default_group().group_name == "0"
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def test_generation_publish_is_first_writer_wins():
     master, port = _store()
     a, b = Membership(_client(port), "gen"), Membership(_client(port), "gen")

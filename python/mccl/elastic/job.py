@@ -85,6 +85,12 @@ class Excluded(RuntimeError):
     had failed); it should exit."""
 
 
+class _Regroup(RuntimeError):
+    """The generation this process is in (or was about to form) cannot go on
+    as it is: recover it with the others it lists (run() treats it as a
+    failure of a link)."""
+
+
 @dataclass
 class Change:
     """One membership change, as logged and kept in Job.history."""
@@ -186,6 +192,13 @@ class Job:
         failed later, among the members its record lists."""
         rank = rec["members"].index(self.id)
         self.generation, self.record, self._formed = n, rec, False
+        # A failed init_process_group leaves torch's group counter raised,
+        # which would name this process's next group differently from the
+        # others' (another store prefix: they would never meet). With no
+        # group left, nothing else uses it; pg/<n>/ keeps every attempt apart.
+        world_state = getattr(dist.distributed_c10d, "_world", None)
+        if not dist.is_initialized() and hasattr(world_state, "group_count"):
+            world_state.group_count = 0
         store = dist.PrefixStore(f"pg/{n}/", self.members.store)
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=len(rec["members"]),
                                 timeout=self.timeout)
@@ -257,6 +270,9 @@ class Job:
         returns the loss. on_step(job, state, loss), if given, runs after each
         committed step (logging, metrics)."""
         self._sampler_batch = state.sampler.batch
+        if self.generation >= 0 and not self._formed:
+            # join() (called by the caller) was admitted, but its group did not form.
+            self._recover_until_formed(state, _Regroup(f"mccl.elastic: generation {self.generation} did not form"))
         while True:
             try:
                 if self.generation < 0:
@@ -311,10 +327,9 @@ class Job:
         failures = getattr(e, "failures", None)
         if isinstance(failures, dict):
             return any(Job._is_comm_failure(f) for f in failures.values() if isinstance(f, BaseException))
-        # MCCL's own errors name it; this module's ("mccl.elastic: ...") are
-        # not failures of a link.
-        text = str(e)
-        return isinstance(e, dist.DistBackendError) or ("mccl" in text and not text.startswith("mccl.elastic"))
+        # MCCL's errors name the rank ("mccl rank 2/8 in group ..."); a store
+        # error naming this module's keys ("mccl-elastic/...") is not one.
+        return isinstance(e, (dist.DistBackendError, _Regroup)) or "mccl rank " in str(e)
 
     def _boundary(self, step: int):
         """Starts the step's boundary: one small all_reduce of who asks to
@@ -388,8 +403,13 @@ class Job:
             # Every member computes the same next generation and writes it
             # (the same record: whoever is first), so no member's death
             # leaves it unwritten.
-            nxt = self._publish(n + 1, {"members": stay, "admitted": rec["admitted"], "step": state.step,
-                                        "cause": "leave"})
+            mine = {"members": stay, "admitted": rec["admitted"], "step": state.step, "cause": "leave"}
+            nxt = self._publish(n + 1, mine)
+            if nxt != mine:
+                # Members that failed at this boundary recovered generation n
+                # meanwhile: go through that recovery too.
+                raise _Regroup(f"mccl.elastic: generation {n + 1} is a {nxt.get('cause')} record written by "
+                               f"members that failed at step {state.step}")
         else:
             if stay[0] == self.id:
                 # One member looks at the joiners (those still waiting) and
@@ -405,6 +425,9 @@ class Job:
             # waiting on the store.
             dist.barrier()
             nxt = self.members.generation(n + 1)
+            if nxt.get("cause") in ("crash", "regroup"):
+                raise _Regroup(f"mccl.elastic: generation {n + 1} is a {nxt.get('cause')} record written by "
+                               f"members that failed at step {state.step}")
         left = [old[r] for r in leavers]
         joined = nxt["members"][len(stay):]
         # A sharded state is whole nowhere: gather it (leavers too) to the
@@ -493,8 +516,16 @@ class Job:
         # -1: this member's state is not the job's yet (a joiner before its
         # first state), so it takes the state of one whose is.
         store.set(f"rec/{n}/step/{rank}", str(state.step if self._synced else -1))
+        store.set(f"rec/{n}/formed/{rank}", "1" if formed else "0")
         self.members.check_in(n, rank, self._failed_peers() if formed else [])
-        d = self.members.decide(n, world, f"rec/{n}/step", self.crash_grace_s)
+        # A group that never formed is seen to fail at each member's own
+        # timeout: wait that long for the others. And while the job has state
+        # (step > 0), no decision without a member that holds it: a joiner
+        # that saw the failure first must not decide alone that every member
+        # is dead.
+        grace = self.crash_grace_s if formed else max(self.crash_grace_s, self.timeout.total_seconds())
+        holder_s = 2 * self.timeout.total_seconds() if int(self.record.get("step", 0)) > 0 else 0.0
+        d = self.members.decide(n, world, f"rec/{n}/step", grace, holder_s=holder_s)
         if rank in d["dead"]:
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -512,19 +543,31 @@ class Job:
         stay = [m for r, m in enumerate(old) if r not in dead]
         mine = {"members": stay, "admitted": self.record["admitted"], "step": max(top, 0),
                 "cause": "crash" if dead else "regroup"}
-        # Every survivor computes the same record; whoever writes it first,
-        # all follow generation n + 1 as written.
+        # Every survivor computes the same record and writes it; whoever is
+        # first, it is the same.
         nxt = self._publish(n + 1, mine)
-        ours = nxt == mine
-        if ours and dead and formed:
-            self._shrink(n + 1, nxt, dead, abort=True)
-        else:
-            # Nobody died (a timeout, a lost link), the group never formed, or
-            # another record came first: a fresh group of its members.
+        if nxt != mine:
+            # A member wrote generation n + 1 before the failure (a join it
+            # had decided): its group cannot form as written (one it lists is
+            # dead, or recovering here). Every process it lists, joiners too,
+            # meets again in the recovery of that generation.
             if dist.is_initialized():
                 dist.destroy_process_group()
             if self.id not in nxt["members"]:
                 raise Excluded(f"mccl.elastic: {self.id} is not a member of generation {n + 1}")
+            self.generation, self.record, self._formed = n + 1, nxt, False
+            raise _Regroup(f"mccl.elastic: generation {n + 1} ({nxt.get('cause')}) was written before the "
+                           f"failure of generation {n}; recovering it")
+        # Shrink only if every survivor's group formed (one whose rendezvous
+        # timed out has nothing to shrink): else all make a fresh one.
+        everyone_formed = all(store.get(f"rec/{n}/formed/{r}").decode() == "1" for r in d["alive"])
+        if dead and everyone_formed:
+            self._shrink(n + 1, nxt, dead, abort=True)
+        else:
+            # Nobody died (a timeout, a lost link), or the group never
+            # formed: a fresh group of the survivors.
+            if dist.is_initialized():
+                dist.destroy_process_group()
             self._init_group(n + 1, nxt)
         # Members that had committed the failed step hand its state over; a
         # sharded state lost the dead member's shards: back to its checkpoint.
@@ -532,10 +575,6 @@ class Job:
         if state.sharded:
             lost = state.restore()
             log.warning("mccl.elastic: rolled back %d step(s) to the checkpoint of step %d", lost, state.step)
-        elif not ours:
-            # Another member's record (a join it decided before it failed):
-            # its rank 0 holds the state, as its joiners expect.
-            sent = self._sync(state, src=0, load=self.rank != 0)
         elif min(steps.values()) != top or top < 0:
             src = min(stay.index(old[r]) for r, s in steps.items() if s == top)
             load = steps[rank] != top or (top < 0 and self.rank != src)

@@ -17,6 +17,7 @@ Every key lives under ``mccl-elastic/<job>/``:
     rec/<n>/alive      recovery of generation n: ranks that checked in ("3,0,")
     rec/<n>/dead       ranks a survivor saw die (its connection failed)
     rec/<n>/decision   the dead set every survivor uses (first compare_set wins)
+    rec/<n>/step/<r>   survivor r's step (-1: it holds no state yet), /formed/<r>: its group formed
 
 A generation's record is written in one compare_set (first writer wins, and
 a writer that dies midway leaves nothing half-done), then ``gen`` moves to
@@ -154,11 +155,15 @@ class Membership:
             return set()
         return {int(x) for x in self.store.get(key).decode().split(",") if x}
 
-    def decide(self, n: int, world: int, steps_key: str, grace_s: float, poll_s: float = 0.005) -> dict:
+    def decide(self, n: int, world: int, steps_key: str, grace_s: float, poll_s: float = 0.005,
+               holder_s: float = 0.0) -> dict:
         """The dead set of generation n's failure, the same for every survivor:
         ranks that did not check in once every rank is accounted for (checked
-        in, or seen dead by a survivor), or when `grace_s` has passed."""
-        end = time.monotonic() + grace_s
+        in, or seen dead by a survivor), or when `grace_s` has passed. With
+        `holder_s`, no decision is written before a rank whose step is >= 0
+        (one that holds the job's state) has checked in, for up to that long."""
+        start = time.monotonic()
+        end = start + grace_s
         key = f"rec/{n}/decision"
         while True:
             if self.has(key):
@@ -170,6 +175,10 @@ class Membership:
                 for r in alive:
                     if self.has(f"{steps_key}/{r}"):
                         steps[str(r)] = int(self.store.get(f"{steps_key}/{r}").decode())
+                if holder_s and not any(s >= 0 for s in steps.values()) and \
+                        time.monotonic() < start + holder_s:
+                    time.sleep(poll_s)
+                    continue
                 mine = {"dead": sorted(set(range(world)) - alive), "alive": sorted(alive), "steps": steps,
                         "waited_s": round(grace_s - max(0.0, end - time.monotonic()), 3)}
                 got = self.store.compare_set(key, "", json.dumps(mine)).decode()
