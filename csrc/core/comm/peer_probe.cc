@@ -34,12 +34,17 @@ void PeerProbe::expect(int rank) {
     if (!running_) {
       // The thread ends when nothing is due (a group can live long with
       // nothing to probe); the last one has ended or is ending.
-      old = std::move(thread_);
-      running_ = true;
-      thread_ = std::thread([this] {
-        nameThisThread("mccl-probe");
-        loop();
-      });
+      try {
+        std::thread fresh([this] {
+          nameThisThread("mccl-probe");
+          loop();
+        });
+        old = std::move(thread_);
+        thread_ = std::move(fresh);
+        running_ = true;
+      } catch (...) {  // no thread: this peer goes unprobed (the op's timeout holds)
+        return;
+      }
     }
     cv_.notify_all();
   }

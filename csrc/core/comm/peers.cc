@@ -1,6 +1,7 @@
 #include "comm/peers.h"
 
 #include <algorithm>
+#include <cerrno>
 
 #include "util/check.h"
 #include "util/logging.h"
@@ -121,10 +122,13 @@ void Peers::connect(int peer, Deadline deadline, bool probing, bool* refusedAtCo
   for (int i = 0; i < cfg_.nsocksPerPeer; ++i) {
     std::string what = strCat(self_, ": connection to rank ", peer, where(peer));
     Socket s;
+    int err = 0;
     try {
-      s = Socket::connect(addr, deadline, what);
-    } catch (const Error& e) {
-      if (refusedAtConnect != nullptr) *refusedAtConnect = i == 0 && e.kind() == ErrorKind::kRemote;
+      s = Socket::connect(addr, deadline, what, &err);
+    } catch (const Error&) {
+      // Only a refusal proves nothing listens there; an unreachable host or
+      // a reset may be a router or a full backlog in front of a live peer.
+      if (refusedAtConnect != nullptr) *refusedAtConnect = i == 0 && err == ECONNREFUSED;
       throw;
     }
     SessionKey key;
@@ -210,6 +214,8 @@ Peers::Probe Peers::probe(int peer, Deadline deadline, std::string* why) {
   } catch (const Error& e) {
     *why = e.what();
     out = refused ? Probe::kRefused : Probe::kUnknown;
+  } catch (...) {  // a thread or an allocation that failed: nothing proven
+    out = Probe::kUnknown;
   }
   {
     std::lock_guard<std::mutex> lock(p.mu);

@@ -73,7 +73,8 @@ bool Socket::tryListen(const SockAddr& addr, int backlog, Socket* out) {
   return true;
 }
 
-Socket Socket::connect(const SockAddr& addr, Deadline deadline, const std::string& what) {
+Socket Socket::connect(const SockAddr& addr, Deadline deadline, const std::string& what, int* errOut) {
+  if (errOut != nullptr) *errOut = 0;
   int fd = ::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throwError(ErrorKind::kSystem, what, ": socket() failed: ", errnoString(errno));
   Socket s(fd);
@@ -82,6 +83,7 @@ Socket Socket::connect(const SockAddr& addr, Deadline deadline, const std::strin
   int rc = ::connect(fd, addr.sa(), addr.len);
   if (rc != 0 && errno != EINPROGRESS) {
     int err = errno;
+    if (errOut != nullptr) *errOut = err;
     throwError(kindFor(err) == ErrorKind::kRemote || err == ECONNREFUSED ? ErrorKind::kRemote
                                                                          : ErrorKind::kSystem,
                what, ": connect to ", addr.toString(), " failed: ", errnoString(err));
@@ -94,6 +96,7 @@ Socket Socket::connect(const SockAddr& addr, Deadline deadline, const std::strin
     socklen_t len = sizeof(err);
     ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
+      if (errOut != nullptr) *errOut = err;
       throwError(ErrorKind::kRemote, what, ": connect to ", addr.toString(), " failed: ",
                  errnoString(err));
     }

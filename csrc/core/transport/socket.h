@@ -32,7 +32,10 @@ class Socket {
   // Returns false with errno set if the port is taken.
   static bool tryListen(const SockAddr& addr, int backlog, Socket* out);
   // Connects with a deadline. Throws kSystem/kTimeout naming `what`.
-  static Socket connect(const SockAddr& addr, Deadline deadline, const std::string& what);
+  // On failure *errOut (when given) holds the errno that failed it (0 for
+  // a timeout), e.g. ECONNREFUSED: nothing listens there.
+  static Socket connect(const SockAddr& addr, Deadline deadline, const std::string& what,
+                        int* errOut = nullptr);
 
   SockAddr localAddr() const;
   SockAddr peerAddr() const;

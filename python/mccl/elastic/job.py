@@ -404,6 +404,10 @@ class Job:
             # (the same record: whoever is first), so no member's death
             # leaves it unwritten.
             mine = {"members": stay, "admitted": rec["admitted"], "step": state.step, "cause": "leave"}
+            # Every member passed the boundary: a member whose boundary op
+            # failed (it is recovering generation n) fails this barrier here
+            # too, so no one shrinks past it.
+            dist.barrier()
             nxt = self._publish(n + 1, mine)
             if nxt != mine:
                 # Members that failed at this boundary recovered generation n
@@ -523,14 +527,14 @@ class Job:
         # (step > 0), no decision without a member that holds it: a joiner
         # that saw the failure first must not decide alone that every member
         # is dead.
-        grace = self.crash_grace_s if formed else max(self.crash_grace_s, self.timeout.total_seconds())
+        grace = self.crash_grace_s if formed else self.timeout.total_seconds() + max(5.0, self.crash_grace_s)
         holder_s = 2 * self.timeout.total_seconds() if int(self.record.get("step", 0)) > 0 else 0.0
         d = self.members.decide(n, world, f"rec/{n}/step", grace, holder_s=holder_s)
         if rank in d["dead"]:
             if dist.is_initialized():
                 dist.destroy_process_group()
             raise Excluded(f"mccl.elastic: {self.id} was left out of generation {n + 1}: the other members "
-                           f"did not hear from it within {self.crash_grace_s} s of the failure")
+                           f"did not hear from it within {grace:g} s of the failure")
         dead = d["dead"]
         steps = {int(r): s for r, s in d["steps"].items()}
         top = max(steps.values())
@@ -555,6 +559,11 @@ class Job:
                 dist.destroy_process_group()
             if self.id not in nxt["members"]:
                 raise Excluded(f"mccl.elastic: {self.id} is not a member of generation {n + 1}")
+            # Those found dead here are dead there too (one that is alive
+            # reads this decision and leaves): no need to wait for them.
+            known = [nxt["members"].index(old[r]) for r in dead if old[r] in nxt["members"]]
+            if known:
+                store.append(f"rec/{n + 1}/dead", "".join(f"{r}," for r in known))
             self.generation, self.record, self._formed = n + 1, nxt, False
             raise _Regroup(f"mccl.elastic: generation {n + 1} ({nxt.get('cause')}) was written before the "
                            f"failure of generation {n}; recovering it")
