@@ -568,6 +568,38 @@ def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path)
         del master
 
 
+def test_fsdp_job_starts_again_when_a_founder_dies_before_any_checkpoint(tmp_path):
+    # A founder dies as the first generation builds its sharded state: no
+    # step was committed and no checkpoint exists. The survivors build the
+    # state afresh on their smaller group and train; the parameters equal
+    # the replay of a 2-member job from the start.
+    import elastic_worker as w
+
+    master, port = _store()
+    ckpt = tmp_path / "ckpt"
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--fsdp", str(ckpt), "--checkpoint-every", "4"])
+    try:
+        fleet.start(initial=3)
+        fleet.start(initial=3)
+        fleet.start(initial=3, extra=["--die-in-first-rebuild"])
+        fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 3, 120)
+        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the first rebuild" in fleet.text(2)
+        stop = max(fleet.commits()) + 6
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in (0, 1)), 120)
+        fleet.assert_ok([0, 1])
+        commits = fleet.commits()
+        assert sorted(commits) == list(range(stop)) and all(ws == {2} for ws in commits.values()), commits
+        assert "the state was built afresh" in fleet.text(0) + fleet.text(1)
+        got = torch.load(tmp_path / "final.pt")
+        want = replay({s: 2 for s in range(stop)}, stop, momentum=w.MOMENTUM)
+        for k in want:
+            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
+    finally:
+        fleet.kill_all()
+        del master
+
+
 _EXIT_WITH_POLLER = """
 import sys, time, types
 import mccl.elastic.job as job_module

@@ -581,7 +581,13 @@ class Job:
         # Members that had committed the failed step hand its state over; a
         # sharded state lost the dead member's shards: back to its checkpoint.
         sent = 0
-        if state.sharded:
+        if state.sharded and int(nxt["step"]) == 0:
+            # Nothing trained yet (a member died as the job started, perhaps
+            # before any checkpoint): start again from the new rank 0's
+            # initial state.
+            sent = state.rebuild(state.initial() if self.rank == 0 else None)
+            log.warning("mccl.elastic: no step was committed: the state was built afresh")
+        elif state.sharded:
             lost = state.restore()
             log.warning("mccl.elastic: rolled back %d step(s) to the checkpoint of step %d", lost, state.step)
         elif min(steps.values()) != top or top < 0:

@@ -59,6 +59,8 @@ if __name__ == "__main__":
     p.add_argument("--checkpoint-every", type=int, default=4)
     p.add_argument("--die-in-state-sync", action="store_true",
                    help="kill this process as it starts to relay the state to joiners")
+    p.add_argument("--die-in-first-rebuild", action="store_true",
+                   help="FSDP: kill this process as the first generation builds its sharded state")
     a = p.parse_args()
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
@@ -73,6 +75,11 @@ if __name__ == "__main__":
     # for dead (by design); CI's 2 cores can be that slow, so a wide grace.
     job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=60)
     job.leave_on_signals()
+    if a.die_in_first_rebuild:
+        def dying_rebuild(full):
+            print("DYING in the first rebuild", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        state.rebuild = dying_rebuild
     if a.die_in_state_sync:
         relay = job._sync
 
