@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from conftest import run_workers
 from mccl.elastic import ElasticSampler
-from mccl.elastic.membership import KeySetter, Membership
+from mccl.elastic.membership import BeatWatch, KeySetter, Membership
 from mccl.launch import free_port
 
 WORKERS = Path(__file__).parent / "workers"
@@ -191,6 +191,37 @@ def test_joiners_that_stop_waiting_are_not_admitted():
     k1, k2 = m.register("alive"), m.register("gone")
     m.store.set(f"hb/{k2}", repr(time.time() - 60))  # stopped beating a minute ago
     assert [mid for _, mid in m.live_requests(k1, k2, fresh_s=5.0)] == ["alive"]
+    del master
+
+
+def test_joiner_liveness_needs_no_synchronised_clocks():
+    # Heartbeats are wall-clock times from the joiner's machine. The watch
+    # judges them by when they change on this machine's clock instead: a
+    # joiner whose clock is an hour behind is live while it beats, and one
+    # whose clock ran an hour ahead is dead once it stops.
+    w = BeatWatch()
+    behind, ahead = repr(time.time() - 3600).encode(), repr(time.time() + 3600).encode()
+    assert w.fresh(1, behind, 5.0, now=100.0) is None  # first sight: cannot tell
+    assert w.fresh(2, ahead, 5.0, now=100.0) is None
+    assert w.fresh(1, behind + b"5", 5.0, now=100.5) is True  # it changed: live
+    assert w.fresh(2, ahead, 5.0, now=103.0) is None
+    assert w.fresh(1, behind + b"5", 5.0, now=104.0) is True
+    assert w.fresh(2, ahead, 5.0, now=105.5) is False  # never changed in 5.5 s: dead
+    assert w.fresh(1, behind + b"5", 5.0, now=110.0) is False  # stopped beating 9.5 s ago
+    # Through the store, as the deciding member asks: the skewed live joiner
+    # is admitted, the stopped one with the fast clock is not.
+    master, port = _store()
+    m = Membership(_client(port), "clock")
+    k1, k2 = m.register("behind"), m.register("ahead")
+    watch = BeatWatch()
+    m.store.set(f"hb/{k1}", repr(time.time() - 3600))
+    m.store.set(f"hb/{k2}", repr(time.time() + 3600))
+    watch.observe(m, k1, k2)
+    m.store.set(f"hb/{k1}", repr(time.time() - 3599))
+    watch.observe(m, k1, k2)
+    watch._seen[k2] = (watch._seen[k2][0], watch._seen[k2][1] - 10.0, None)  # watched 10 s, no change
+    assert [mid for _, mid in m.live_requests(k1, k2, fresh_s=5.0, beats=watch)] == ["behind"]
+    assert [mid for _, mid in m.live_requests(k1, k2, fresh_s=5.0)] == ["ahead"]  # the wall clocks alone
     del master
 
 

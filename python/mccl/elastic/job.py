@@ -52,7 +52,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .membership import Membership
+from .membership import BeatWatch, Membership
 from .state import State, broadcast_state
 
 log = logging.getLogger("mccl.elastic")
@@ -153,6 +153,7 @@ class Job:
         self.boundary_s: collections.deque = collections.deque(maxlen=1000)
         self._poller: threading.Thread | None = None
         self._seen_requests = 0
+        self._beats = BeatWatch()  # rank 0's watcher fills it
         self._closing = False
         # Whether this process's group of the current generation formed, and
         # whether its state is the job's (a joiner's is not until the first
@@ -365,6 +366,8 @@ class Job:
                 while not self._closing:
                     try:
                         self._seen_requests = watcher.requests()
+                        self._beats.observe(watcher, int(self.record.get("admitted", 0)) + 1,
+                                            self._seen_requests)
                     except Exception:  # noqa: BLE001 - the store is away: keep the last count
                         pass
                     time.sleep(0.2)
@@ -420,7 +423,7 @@ class Job:
                 # publishes; the others read what it wrote.
                 admitted = int(rec["admitted"]) + joiners
                 fresh = [m for _, m in self.members.live_requests(int(rec["admitted"]) + 1, admitted,
-                                                                  fresh_s=5.0)]
+                                                                  fresh_s=5.0, beats=self._beats)]
                 self._publish(n + 1, {"members": stay + fresh, "admitted": admitted, "step": state.step,
                                       "cause": "join" if fresh else "leave" if leavers else "pass"})
             # The record is there once this barrier of the old group ends; a

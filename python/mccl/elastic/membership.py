@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from datetime import timedelta
 
@@ -68,17 +69,25 @@ class Membership:
     def requests(self) -> int:
         return self.store.add("joinseq", 0)
 
-    def live_requests(self, first: int, last: int, fresh_s: float) -> list[tuple[int, str]]:
-        """Requests first..last whose waiter still beats (others died waiting)."""
+    def live_requests(self, first: int, last: int, fresh_s: float,
+                      beats: "BeatWatch | None" = None) -> list[tuple[int, str]]:
+        """Requests first..last whose waiter still beats (others died waiting).
+        With `beats` (a watch of this process's own), a heartbeat seen to
+        change within `fresh_s` on this process's clock is live and one seen
+        unchanged for longer is not, whatever the clocks of the two machines
+        say; a request the watch has not seen change yet is judged by the
+        heartbeat's wall-clock time."""
         out = []
         now = time.time()
         for k in range(first, last + 1):
             try:
                 req = self.get_json(f"join/{k}")
-                beat = float(self.store.get(f"hb/{k}").decode())
+                raw = self.store.get(f"hb/{k}")
+                beat = float(raw.decode())
             except Exception:  # noqa: BLE001 - a half-written request is not live
                 continue
-            if now - beat <= fresh_s:
+            verdict = beats.fresh(k, raw, fresh_s) if beats is not None else None
+            if verdict if verdict is not None else now - beat <= fresh_s:
                 out.append((k, req["id"]))
         return out
 
@@ -184,6 +193,48 @@ class Membership:
                 got = self.store.compare_set(key, "", json.dumps(mine)).decode()
                 return json.loads(got)
             time.sleep(poll_s)
+
+
+class BeatWatch:
+    """When this process last saw each join request's heartbeat change, on
+    its own monotonic clock: liveness that needs no clock synchronisation
+    between the joiner's machine and this one. Rank 0's store watcher
+    observes the waiting requests every 0.2 s (observe()); the member that
+    decides on joiners asks it (Membership.live_requests)."""
+
+    def __init__(self):
+        self._seen: dict[int, tuple[bytes, float, float | None]] = {}  # value, first seen, changed
+        self._lock = threading.Lock()
+
+    def observe(self, m: "Membership", first: int, last: int) -> None:
+        now = time.monotonic()
+        for k in range(first, last + 1):
+            try:
+                raw = m.store.get(f"hb/{k}") if m.has(f"hb/{k}") else None
+            except Exception:  # noqa: BLE001 - the store is away: look next time
+                return
+            if raw is not None:
+                self.note(k, raw, now)
+
+    def note(self, k: int, raw: bytes, now: float) -> None:
+        with self._lock:
+            prev = self._seen.get(k)
+            if prev is None:
+                self._seen[k] = (raw, now, None)  # first sight: no change seen yet
+            elif prev[0] != raw:
+                self._seen[k] = (raw, prev[1], now)
+
+    def fresh(self, k: int, raw: bytes, fresh_s: float, now: float | None = None) -> bool | None:
+        """True when request k's heartbeat changed within `fresh_s`, False
+        when it has not (or, seen for longer than that, never changed), None
+        when this watch cannot tell yet."""
+        now = time.monotonic() if now is None else now
+        self.note(k, raw, now)
+        with self._lock:
+            _, first, changed = self._seen[k]
+        if changed is not None:
+            return now - changed <= fresh_s
+        return False if now - first > fresh_s else None
 
 
 class KeySetter:
