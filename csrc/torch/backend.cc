@@ -493,7 +493,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
   for (size_t r = 0; r < inputs[0].size(); ++r) a.like(inputs[0][r], at("input_list", r), outputs[0], "the output");
   CoreReduce red = a.reduce(opts.reduceOp, outputs[0].scalar_type());
   Staging st(a.who());
-  View out = st.output(outputs[0]);
+  View out = st.outputApart(outputs[0], inputs[0]);  // in place: output is one of the inputs
   std::vector<const void*> in;
   for (auto& t : inputs[0]) in.push_back(st.input(t).data);
   ReduceScatterOptions o = reduceScatterOpts(std::move(in), out, red, opTimeout(opts.timeout));
@@ -510,7 +510,7 @@ WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& i
   CoreReduce red = a.reduce(opts.reduceOp, output.scalar_type());
   Staging st(a.who());
   View in = st.input(input);
-  View out = st.output(output);
+  View out = st.outputApart(output, {input});  // in place: output is a block of the input
   ReduceScatterOptions o = reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out, red,
                                              opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); });
@@ -533,7 +533,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor
   std::vector<std::shared_ptr<Work>> core;
   for (size_t i = 0; i < inputs.size(); ++i) {
     View in = st.input(inputs[i]);
-    View out = st.output(outputs[i]);
+    View out = st.outputApart(outputs[i], inputs);  // in place: a block of an input
     ReduceScatterOptions o = reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out,
                                                reds[i], opTimeout(opts.timeout));
     core.push_back(submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); }));
@@ -580,7 +580,11 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
   Staging st(a.who());
   View in = st.input(input);
   View out = st.output(output);
-  const size_t per = in.count / std::max<size_t>(1, static_cast<size_t>(input.numel()));
+  // Core elements per tensor element (2 for complex); from whichever side
+  // has elements (a rank may send nothing and still receive).
+  const size_t per = input.numel() > 0 ? in.count / static_cast<size_t>(input.numel())
+                     : output.numel() > 0 ? out.count / static_cast<size_t>(output.numel())
+                                          : 1;
   const size_t es = dtypeSize(in.dtype);
   AlltoallOptions o;
   o.dtype = in.dtype;

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include "callback_pool.h"
 #include "util/error.h"
 
 namespace mccl::torch_adapter {
@@ -151,6 +152,39 @@ View Staging::output(const at::Tensor& t) {
   at::Tensor tmp = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
   copyBack_.emplace_back(t, tmp);
   return viewOf(tmp);
+}
+
+namespace {
+
+// The bytes `t` can reach in its storage: [first, last).
+std::pair<const char*, const char*> span(const at::Tensor& t) {
+  const char* base = static_cast<const char*>(t.storage().data());
+  const auto es = static_cast<int64_t>(t.element_size());
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * std::abs(t.stride(d));
+  const char* first = base + t.storage_offset() * es;
+  return {first, first + (last + 1) * es};
+}
+
+bool sharesMemory(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage()) return false;
+  if (!a.storage().is_alias_of(b.storage())) return false;
+  auto [a0, a1] = span(a);
+  auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+}  // namespace
+
+View Staging::outputApart(const at::Tensor& t, const std::vector<at::Tensor>& reads) {
+  if (stagedOnDevice(t)) return output(t);  // staged: its own host buffer already
+  for (const auto& r : reads) {
+    if (!sharesMemory(t, r)) continue;
+    at::Tensor tmp = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+    copyBack_.emplace_back(t, tmp);
+    return viewOf(tmp);
+  }
+  return output(t);
 }
 
 View Staging::inout(const at::Tensor& t) {
@@ -335,17 +369,38 @@ void WorkMCCL::markDone(std::exception_ptr error) {
       future->markCompleted(c10::IValue(outputs));
     }
   };
+  bool pooled = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (completed_) return;
     completed_ = true;
     exception_ = error;
     done_ = lastStaging().device() ? lastStaging().device()->done() : nullptr;
-    // MPS: the results are in place and the Work is complete; the Future's
-    // callbacks wait for a place where MPS is safe (callbacks.h).
-    if (issuer_) mark_ = deferMark(issuer_, mark);
+    if (issuer_) {
+      // MPS: the results are in place and the Work is complete; the Future's
+      // callbacks wait for a place where MPS is safe (callbacks.h).
+      mark_ = deferMark(issuer_, mark);
+    } else if (futureRequested_) {
+      // The caller holds the Future, perhaps with callbacks that issue ops
+      // and wait for them: never on this (MCCL) thread (callback_pool.h).
+      pooled = true;
+    } else {
+      // Nobody holds the Future, so no callback can run here; getFuture()
+      // waits for this (it takes mutex_).
+      mark();
+    }
   }
-  if (!issuer_) mark();
+  if (pooled) {
+    // Device ops: marked with the side stream current, as they are here.
+    std::shared_ptr<DeviceStage> dev = lastStaging().device();
+    runOnCallbackThread([dev, mark = std::move(mark)] {
+      if (dev) {
+        dev->ops().withSideCurrent(mark);
+      } else {
+        mark();
+      }
+    });
+  }
   cv_.notify_all();
 }
 
@@ -377,6 +432,8 @@ bool WorkMCCL::isCompleted() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!completed_) return false;
+    // A complete Work has a complete Future (marked on a callback thread).
+    if (!issuer_ && futureRequested_ && !futureMarked_) return false;
     mark = mark_;
   }
   if (!mark) return true;
@@ -407,14 +464,18 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   std::optional<WaitingInCallback> waiting;
   if (!completed_) waiting.emplace();  // a callback on a runner, waiting for its op
+  // Complete, and so is its Future if the caller holds it (marked on a
+  // callback thread; a callback of this op waiting here finds it marked).
+  // (MPS marks are run or waited for below.)
+  auto complete = [&] { return completed_ && (issuer_ || !futureRequested_ || futureMarked_); };
   if (timeout.count() > 0) {
-    if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    if (!cv_.wait_for(lock, timeout, complete)) {
       throw c10::DistBackendError(
           MCCL_HERE(), strCat(description_, ": not complete after Work.wait(timeout=",
                                  timeout.count(), " ms); the operation continues"));
     }
   } else {
-    cv_.wait(lock, [&] { return completed_; });
+    cv_.wait(lock, complete);
   }
   waiting.reset();
   lock.unlock();
@@ -433,6 +494,27 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkMCCL::getFuture() {
   runMarksOfThisThread();
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first = !futureRequested_;
+    futureRequested_ = true;
+  }
+  if (first) {
+    // The first callback, ahead of any the caller adds: it runs once the
+    // Future is marked (at once if it is), before the caller's callbacks,
+    // so a Work waited for from one of them is complete.
+    c10::weak_intrusive_ptr<WorkMCCL> weak(c10::intrusive_ptr<WorkMCCL>::reclaim_copy(this));
+    future_->addCallback([weak](c10::ivalue::Future&) {
+      if (auto self = weak.lock()) {
+        {
+          std::lock_guard<std::mutex> lock(self->mutex_);
+          self->futureMarked_ = true;
+        }
+        self->cv_.notify_all();
+      }
+    });
+  }
   return future_;
 }
 

@@ -63,6 +63,11 @@ class Staging {
   View output(const at::Tensor& t);
   // Read and written in place: like output(), the temporary starts as a copy.
   View inout(const at::Tensor& t);
+  // Like output(), but a temporary (copied back at the end) when `t` shares
+  // memory with any of `reads`: an algorithm may write its output before it
+  // has read all of its input (the ring reduce-scatter uses the output as
+  // scratch), so an in-place call must not see its input overwritten.
+  View outputApart(const at::Tensor& t, const std::vector<at::Tensor>& reads);
   // One flat buffer for several tensors of one dtype (coalesced ops).
   View flatten(const std::vector<at::Tensor>& ts, bool writeBack);
   // Runs the copy-backs and then `complete` (on the completing thread; with
@@ -150,6 +155,10 @@ class WorkMCCL : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<Issuer> issuer_;    // set: the Future's mark is deferred
   std::shared_ptr<PendingMark> mark_;  // once complete (under mutex_)
+  // Under mutex_: getFuture() was called (the Future is then marked on a
+  // callback thread, callback_pool.h), and that mark has happened.
+  bool futureRequested_ = false;
+  bool futureMarked_ = false;
   std::string description_;
 };
 

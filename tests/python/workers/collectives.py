@@ -238,6 +238,19 @@ for dtype in ALL_DTYPES:
             dist.reduce_scatter_tensor(out2, full, op=reduce_op(op))
             ok(out2, want, op, f"reduce_scatter_tensor {dtype} {op} n={count}")
 
+# In place: the output is this rank's block of the input (NCCL's in-place
+# form); the ring uses its output as scratch before it has read that block.
+for count in (1, 13, 50021):
+    full = value(torch.float64, "SUM", rank, count * world, 71)
+    want = reference(torch.float64, "SUM", world, count * world, 71)[rank * count:(rank + 1) * count]
+    x = full.clone()
+    blocks = list(x.chunk(world))
+    dist.reduce_scatter(blocks[rank], blocks)
+    ok(blocks[rank], want, "SUM", f"reduce_scatter in place n={count}")
+    y = full.clone()
+    dist.reduce_scatter_tensor(y.chunk(world)[rank], y)
+    ok(y.chunk(world)[rank], want, "SUM", f"reduce_scatter_tensor in place n={count}")
+
 # ---------------------------------------------------------- gather / scatter
 for dtype in ALL_DTYPES:
     for root in range(world):
@@ -267,6 +280,14 @@ for dtype in ALL_DTYPES:
         dist.all_to_all_single(out, inp, out_splits, in_splits)
         want = torch.cat([torch.full((out_splits[j], 3), tag(j, rank), dtype=dtype) for j in range(world)])
         ok(out, want, "SUM", f"all_to_all_single uneven {dtype}")
+    # Rank 0 sends nothing at all (an empty input) but receives from the others.
+    in_splits = [0] * world if rank == 0 else [j + 1 for j in range(world)]
+    out_splits = [0 if j == 0 else rank + 1 for j in range(world)]
+    inp = torch.cat([torch.full((in_splits[j], 3), tag(rank, j), dtype=dtype) for j in range(world)])
+    out = torch.zeros(sum(out_splits), 3, dtype=dtype)
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    want = torch.cat([torch.full((out_splits[j], 3), tag(j, rank), dtype=dtype) for j in range(world)])
+    ok(out, want, "SUM", f"all_to_all_single from an empty input {dtype}")
     # Equal splits, no sizes given.
     blocks = [value(dtype, "SUM", rank * world + j, 5, 61) for j in range(world)]
     out = torch.zeros(world * 5, dtype=dtype)
