@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -186,6 +188,47 @@ TEST(Listener, StrangersAreClosedAndPeersAccepted) {
   // The silent connection is dropped at the handshake timeout.
   for (int i = 0; i < 300 && l.rejected() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GE(l.rejected(), 3u);
+  l.stop();
+}
+
+// More peers than handshake slots dial at once (the first alltoall of a
+// large job): the ones past the slots wait in the kernel's backlog, and no
+// young handshake is evicted for them, so every one gets in.
+TEST(Listener, ABurstOfPeersBeyondTheSlotsAllGetIn) {
+  Identity acc = ident(0);
+  acc.size = 200;
+  std::atomic<int> accepted{0};
+  Listener l(SockAddr::parse("127.0.0.1:0"), "", acc, std::chrono::milliseconds(5000),
+             [&](Socket, uint32_t, uint16_t, const SessionKey&) { ++accepted; }, "test: ");
+  const int n = 160;
+  std::atomic<int> ready{0}, failed{0};
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> peers;
+  for (int i = 0; i < n; ++i) {
+    peers.emplace_back([&, i] {
+      Identity con = ident(static_cast<uint32_t>(1 + i));
+      con.size = 200;
+      ++ready;
+      while (ready.load() < n) std::this_thread::yield();
+      try {
+        Socket s = Socket::connect(l.address(), Deadline::after(std::chrono::seconds(10)), "t");
+        handshakeAsConnector(s, con, 0, Deadline::after(std::chrono::seconds(10)));
+      } catch (const Error& e) {
+        ++failed;
+        errors[static_cast<size_t>(i)] = e.what();
+      }
+    });
+  }
+  for (auto& t : peers) t.join();
+  for (const auto& e : errors) {
+    if (!e.empty()) {
+      ADD_FAILURE() << failed.load() << " of " << n << " failed, e.g.: " << e;
+      break;
+    }
+  }
+  for (int i = 0; i < 400 && accepted.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(accepted.load(), n);
+  EXPECT_EQ(l.rejected(), 0u);
   l.stop();
 }
 

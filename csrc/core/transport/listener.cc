@@ -15,12 +15,21 @@ namespace mccl {
 namespace {
 
 constexpr int kMaxPendingHandshakes = 128;
+// A handshake younger than this is never evicted for a newcomer: a real peer
+// finishes in milliseconds, so under a flood the old ones are the flood's,
+// and a burst of real peers (the first alltoall of a large job) waits in the
+// kernel's backlog instead of being cut off.
+constexpr auto kEvictAfter = std::chrono::seconds(1);
+// After accept() fails for want of resources (file descriptors, buffers),
+// how long the listen socket rests before the next try.
+constexpr auto kAcceptRest = std::chrono::milliseconds(100);
 
 struct Pending {
   Socket sock;
   SockAddr from;
   std::unique_ptr<AcceptorHandshake> hs;
   Deadline deadline;
+  Clock::time_point started = Clock::now();
 };
 
 }  // namespace
@@ -107,6 +116,8 @@ void Listener::stop() {
 
 void Listener::loop() {
   std::vector<Pending> pending;
+  Deadline acceptRest(Clock::now());  // accept() rests until then (expired: it does not)
+  RateLimiter acceptLog{1, std::chrono::seconds(10)};
   auto reject = [&](Pending& p, const std::string& why) {
     ++rejected_;
     uint64_t dropped = 0;
@@ -119,8 +130,15 @@ void Listener::loop() {
   while (!stop_.load()) {
     std::vector<pollfd> fds;
     fds.push_back({wakeRead_, POLLIN, 0});
-    fds.push_back({sock_.fd(), POLLIN, 0});
+    // The listen socket is watched unless accept() rests, or every slot is
+    // taken by a handshake too young to evict (until the oldest ages).
     Deadline next = Deadline::never();
+    const bool resting = !acceptRest.expired();
+    const bool full = static_cast<int>(pending.size()) >= kMaxPendingHandshakes;
+    if (resting) next = acceptRest;
+    if (full) next = next.earlier(Deadline(pending.front().started + kEvictAfter));
+    const bool canAccept = !resting && (!full || Clock::now() - pending.front().started >= kEvictAfter);
+    fds.push_back({sock_.fd(), static_cast<short>(canAccept ? POLLIN : 0), 0});
     for (auto& p : pending) {
       size_t outLen = 0;
       p.hs->pendingOutput(&outLen);
@@ -173,27 +191,50 @@ void Listener::loop() {
         p.sock.setNonBlocking(false);
         uint32_t peer = p.hs->peerRank();
         MCCL_LOG(kDebug, logPrefix_, "accepted rank ", peer, " from ", p.from.toString());
-        onPeer_(std::move(p.sock), peer, p.hs->peerListenPort(), p.hs->sessionKey());
+        try {
+          onPeer_(std::move(p.sock), peer, p.hs->peerListenPort(), p.hs->sessionKey());
+        } catch (const std::exception& e) {  // e.g. no thread for the connection: the peer sees it close
+          MCCL_LOG(kWarn, logPrefix_, "could not take the connection of rank ", peer, " from ",
+                   p.from.toString(), ": ", e.what());
+        }
       }
     }
     std::erase_if(pending, [](const Pending& p) { return !p.sock.valid(); });
     // Accept new connections.
     if (fds[1].revents & POLLIN) {
       for (;;) {
-        SockAddr from;
-        from.len = sizeof(from.storage);
-        int fd = ::accept(sock_.fd(), from.sa(), &from.len);
-        if (fd < 0) break;
-        Pending p{Socket(fd), from, std::make_unique<AcceptorHandshake>(self_),
-                  Deadline::after(handshakeTimeout_)};
-        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-        p.sock.setNonBlocking(true);
         if (static_cast<int>(pending.size()) >= kMaxPendingHandshakes) {
-          // Evict the oldest: a real peer finishes in milliseconds, so under a
-          // flood of silent connections the oldest one is the flood's.
+          // Evict the oldest, once it is old enough; else the rest wait in
+          // the kernel's backlog for a slot.
+          if (Clock::now() - pending.front().started < kEvictAfter) break;
           reject(pending.front(), "too many handshakes in progress; dropped the oldest");
           pending.erase(pending.begin());
         }
+        SockAddr from;
+        from.len = sizeof(from.storage);
+#if defined(__linux__)
+        int fd = ::accept4(sock_.fd(), from.sa(), &from.len, SOCK_CLOEXEC);
+#else
+        int fd = ::accept(sock_.fd(), from.sa(), &from.len);
+        if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+#endif
+        if (fd < 0) {
+          const int err = errno;
+          if (err == EINTR || err == ECONNABORTED) continue;
+          if (err == EAGAIN || err == EWOULDBLOCK) break;
+          // Out of file descriptors or buffers: the socket stays readable,
+          // so rest instead of spinning, and say why peers wait.
+          uint64_t dropped = 0;
+          if (acceptLog.allow(&dropped)) {
+            MCCL_LOG(kWarn, logPrefix_, "accept failed: ", errnoString(err),
+                     "; connecting peers wait (raise the open-file limit, ulimit -n)");
+          }
+          acceptRest = Deadline::after(kAcceptRest);
+          break;
+        }
+        Pending p{Socket(fd), from, std::make_unique<AcceptorHandshake>(self_),
+                  Deadline::after(handshakeTimeout_)};
+        p.sock.setNonBlocking(true);
         pending.push_back(std::move(p));
       }
     }
