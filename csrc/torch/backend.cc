@@ -180,7 +180,7 @@ std::shared_ptr<Work> ProcessGroupMCCL::submit(Staging& st, F&& fn) {
   // waits for its copies: the submit thread hands this one to the core in
   // turn. The caller gets a Work that completes with the core's.
   auto placeholder = std::make_shared<Work>(st.who());
-  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto deadline = std::chrono::steady_clock::now() + timeout_.load();
   std::function<std::shared_ptr<Work>()> body = std::forward<F>(fn);
   queue_.push([stage, staged, deadline, body = std::move(body), placeholder] {
     try {
@@ -249,7 +249,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupMCCL::shrink(const std::vector<int
     rethrowAsTorch(e);
   }
   queue_.stop();
-  return c10::make_intrusive<ProcessGroupMCCL>(std::move(child), timeout_);
+  return c10::make_intrusive<ProcessGroupMCCL>(std::move(child), timeout_.load());
 }
 #endif
 
@@ -261,7 +261,7 @@ ProcessGroupMCCL::~ProcessGroupMCCL() {
 std::string ProcessGroupMCCL::address() const { return comm_->address().toString(); }
 
 std::chrono::milliseconds ProcessGroupMCCL::opTimeout(std::chrono::milliseconds requested) const {
-  return requested == c10d::kUnsetTimeout || requested.count() <= 0 ? timeout_ : requested;
+  return requested == c10d::kUnsetTimeout || requested.count() <= 0 ? timeout_.load() : requested;
 }
 
 void ProcessGroupMCCL::setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
@@ -495,7 +495,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
   Staging st(a.who());
   View out = st.outputApart(outputs[0], inputs[0]);  // in place: output is one of the inputs
   std::vector<const void*> in;
-  for (auto& t : inputs[0]) in.push_back(st.input(t).data);
+  for (auto& t : inputs[0]) in.push_back(st.inputApart(t, outputs[0]).data);
   ReduceScatterOptions o = reduceScatterOpts(std::move(in), out, red, opTimeout(opts.timeout));
   auto w = submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); });
   return finish(*comm_, OpType::REDUCE_SCATTER, "mccl:reduce_scatter", outputs, inputs[0], {w},
@@ -509,7 +509,7 @@ WorkPtr ProcessGroupMCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& i
   a.like(input, "input", output, "output", /*timesWorld=*/true);
   CoreReduce red = a.reduce(opts.reduceOp, output.scalar_type());
   Staging st(a.who());
-  View in = st.input(input);
+  View in = st.inputApart(input, output);
   View out = st.outputApart(output, {input});  // in place: output is a block of the input
   ReduceScatterOptions o = reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out, red,
                                              opTimeout(opts.timeout));
@@ -532,7 +532,7 @@ WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor
   Staging st(a.who());
   std::vector<std::shared_ptr<Work>> core;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    View in = st.input(inputs[i]);
+    View in = st.inputApart(inputs[i], outputs[i]);
     View out = st.outputApart(outputs[i], inputs);  // in place: a block of an input
     ReduceScatterOptions o = reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out,
                                                reds[i], opTimeout(opts.timeout));
@@ -578,8 +578,8 @@ WorkPtr ProcessGroupMCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
   const int64_t inRow = input.dim() == 0 || input.size(0) == 0 ? 0 : input.numel() / input.size(0);
   const int64_t outRow = output.dim() == 0 || output.size(0) == 0 ? 0 : output.numel() / output.size(0);
   Staging st(a.who());
-  View in = st.input(input);
-  View out = st.output(output);
+  View in = st.inputApart(input, output);
+  View out = st.outputApart(output, {input});  // in place: all_to_all_single(t, t)
   // Core elements per tensor element (2 for complex); from whichever side
   // has elements (a rank may send nothing and still receive).
   const size_t per = input.numel() > 0 ? in.count / static_cast<size_t>(input.numel())
@@ -624,7 +624,7 @@ WorkPtr ProcessGroupMCCL::alltoall(std::vector<at::Tensor>& outputs,
   o.timeout = opTimeout(opts.timeout);
   for (size_t p = 0; p < inputs.size(); ++p) {
     View in = st.input(inputs[p]);
-    View out = st.output(outputs[p]);
+    View out = st.outputApart(outputs[p], inputs);  // in place: an output is an input
     o.dtype = in.dtype;
     o.in.push_back(in.data);
     o.inCounts.push_back(in.count);
@@ -639,10 +639,11 @@ WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, in
   Args a = enter(*comm_, "send");
   a.single(tensors, "tensor");
   a.tag(tag);
+  const Timeout t = timeout_.load();  // the group's, as setTimeout() left it
   Staging st(a.who());
   View v = st.input(tensors[0]);
   auto w = submit(st, [=, this] {
-    return mccl::send(*comm_, dstRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
+    return mccl::send(*comm_, dstRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype, t);
   });
   return finish(*comm_, OpType::SEND, "mccl:send", tensors, tensors, {w}, std::move(st));
 }
@@ -651,10 +652,11 @@ WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, in
   Args a = enter(*comm_, "recv");
   a.single(tensors, "tensor");
   a.tag(tag);
+  const Timeout t = timeout_.load();  // the group's, as setTimeout() left it
   Staging st(a.who());
   View v = st.output(tensors[0]);
   auto w = submit(st, [=, this] {
-    return mccl::recv(*comm_, srcRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype);
+    return mccl::recv(*comm_, srcRank, static_cast<uint32_t>(tag), v.data, v.count, v.dtype, t);
   });
   return finish(*comm_, OpType::RECV, "mccl:recv", tensors, {}, {w}, std::move(st));
 }
@@ -663,11 +665,12 @@ WorkPtr ProcessGroupMCCL::recvAnysource(std::vector<at::Tensor>& tensors, int ta
   Args a = enter(*comm_, "recv");
   a.single(tensors, "tensor");
   a.tag(tag);
+  const Timeout t = timeout_.load();  // the group's, as setTimeout() left it
   Staging st(a.who());
   View v = st.output(tensors[0]);
   auto w = submit(st, [=, this] {
     return mccl::recv(*comm_, Communicator::kAnySource, static_cast<uint32_t>(tag), v.data,
-                      v.count, v.dtype);
+                      v.count, v.dtype, t);
   });
   return finish(*comm_, OpType::RECVANYSOURCE, "mccl:recv_any_source", tensors, {}, {w},
                 std::move(st));

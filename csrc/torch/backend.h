@@ -12,6 +12,8 @@
 // being copied go through the submit thread (submit_queue.h) in call order.
 #pragma once
 
+#include <atomic>
+
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
@@ -154,7 +156,8 @@ class ProcessGroupMCCL : public c10d::Backend {
 
   std::shared_ptr<Communicator> comm_;
   SubmitQueue queue_;
-  std::chrono::milliseconds timeout_;
+  // setTimeout() may run while other threads issue ops.
+  std::atomic<std::chrono::milliseconds> timeout_;
 };
 
 }  // namespace mccl::torch_adapter

@@ -12,31 +12,38 @@
 namespace mccl::torch_adapter {
 namespace {
 
-constexpr int kMaxThreads = 64;
+// Past this many threads a warning says so (callbacks that block for later
+// ops pile up); more are started anyway: a queued mark would wait forever.
+constexpr int kManyThreads = 64;
 thread_local bool tIsCallbackThread = false;
 
 class CallbackPool {
  public:
   void post(std::function<void()> job) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     jobs_.push_back(std::move(job));
     // Every queued job has a waiting thread of its own: a callback that
     // blocks for a later op must not hold up that op's mark.
     if (waiting_ < jobs_.size()) {
-      if (threads_ < kMaxThreads) {
-        try {
-          std::thread([this] {
-            nameThisThread("mccl-then");
-            tIsCallbackThread = true;
-            loop();
-          }).detach();  // lives as long as the process (the pool is never destroyed)
-          ++threads_;
-          ++waiting_;  // counted as waiting from the start: it takes a job first thing
-        } catch (const std::exception& e) {
-          warnOnce(e.what());
-        }
-      } else {
-        warnOnce("all callback threads are busy");
+      if (threads_ == kManyThreads) warnOnce("many callbacks wait for later operations");
+      try {
+        std::thread([this] {
+          nameThisThread("mccl-then");
+          tIsCallbackThread = true;
+          loop();
+        }).detach();  // lives as long as the process (the pool is never destroyed)
+        ++threads_;
+        ++waiting_;  // counted as waiting from the start: it takes a job first thing
+      } catch (const std::exception& e) {
+        // No thread: run it here rather than never (this thread may be a
+        // network thread; a callback that waits for an op would then wait
+        // out that op's timeout, as before the pool).
+        warnOnce(e.what());
+        auto job = std::move(jobs_.back());
+        jobs_.pop_back();
+        lock.unlock();
+        runJob(job);
+        return;
       }
     }
     cv_.notify_one();
@@ -51,10 +58,20 @@ class CallbackPool {
       jobs_.pop_front();
       --waiting_;
       lock.unlock();
-      job();  // marks catch their own errors
+      runJob(job);
       job = nullptr;  // release what it holds before waiting
       lock.lock();
       ++waiting_;
+    }
+  }
+
+  static void runJob(const std::function<void()>& job) {
+    try {
+      job();
+    } catch (const std::exception& e) {  // a mark that failed: say so, keep the thread
+      MCCL_LOG(kWarn, "mccl: marking a Future failed: ", e.what());
+    } catch (...) {
+      MCCL_LOG(kWarn, "mccl: marking a Future failed");
     }
   }
 

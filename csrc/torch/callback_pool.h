@@ -6,9 +6,12 @@
 // A callback may issue collectives and wait for them (PowerSGD's do): the
 // network thread it would otherwise block is the one those collectives
 // need, and their own Futures' callbacks need a thread too. So every queued
-// mark gets a thread of its own: an idle one, or a new one ("mccl-then"),
-// up to kMaxThreads (then marks queue, with a warning). Idle threads stay
-// for the next marks. The pool lives as long as the process, as the
+// mark gets a thread of its own: an idle one, or a new one ("mccl-then";
+// past 64 of them a warning says that many callbacks wait for later ops).
+// Idle threads stay for the next marks. A pool that cannot start a thread
+// runs the mark where it is (as before the pool). Not fork-safe: a forked
+// child that uses MCCL again should not inherit a process that marked
+// Futures (its pool's threads are not copied). The pool lives as long as the process, as the
 // completion thread does (completer.h).
 //
 // A Work whose Future nobody asked for is marked where it completes: no

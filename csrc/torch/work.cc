@@ -168,7 +168,10 @@ std::pair<const char*, const char*> span(const at::Tensor& t) {
 
 bool sharesMemory(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0 || b.numel() == 0 || !a.has_storage() || !b.has_storage()) return false;
-  if (!a.storage().is_alias_of(b.storage())) return false;
+  // Two storages may still share host memory (from_numpy, from_blob,
+  // DLPack): compare addresses there. Device storages are compared only
+  // when they are one.
+  if (!a.storage().is_alias_of(b.storage()) && !(a.is_cpu() && b.is_cpu())) return false;
   auto [a0, a1] = span(a);
   auto [b0, b1] = span(b);
   return a0 < b1 && b0 < a1;
@@ -185,6 +188,15 @@ View Staging::outputApart(const at::Tensor& t, const std::vector<at::Tensor>& re
     return viewOf(tmp);
   }
   return output(t);
+}
+
+View Staging::inputApart(const at::Tensor& t, const at::Tensor& written) {
+  if (stagedOnDevice(t) && sharesMemory(t, written)) {
+    at::Tensor copy = t.clone(at::MemoryFormat::Contiguous);
+    keep_.push_back(copy);
+    return input(copy);
+  }
+  return input(t);
 }
 
 View Staging::inout(const at::Tensor& t) {
@@ -494,16 +506,15 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkMCCL::getFuture() {
   runMarksOfThisThread();
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    first = !futureRequested_;
-    futureRequested_ = true;
-  }
-  if (first) {
-    // The first callback, ahead of any the caller adds: it runs once the
-    // Future is marked (at once if it is), before the caller's callbacks,
-    // so a Work waited for from one of them is complete.
+  // Once, and every caller returns after it: the first callback, ahead of
+  // any a caller adds. It runs once the Future is marked (at once if it
+  // is), before the callers' callbacks, so a Work waited for from one of
+  // them is complete.
+  std::call_once(futureOnce_, [this] {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      futureRequested_ = true;
+    }
     c10::weak_intrusive_ptr<WorkMCCL> weak(c10::intrusive_ptr<WorkMCCL>::reclaim_copy(this));
     future_->addCallback([weak](c10::ivalue::Future&) {
       if (auto self = weak.lock()) {
@@ -514,7 +525,7 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkMCCL::getFuture() {
         self->cv_.notify_all();
       }
     });
-  }
+  });
   return future_;
 }
 

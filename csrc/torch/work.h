@@ -68,6 +68,11 @@ class Staging {
   // has read all of its input (the ring reduce-scatter uses the output as
   // scratch), so an in-place call must not see its input overwritten.
   View outputApart(const at::Tensor& t, const std::vector<at::Tensor>& reads);
+  // Like input(), but read from a copy made now (on the caller's stream)
+  // when `t` is a device tensor sharing memory with `written`: staged
+  // device memory may be the tensor's own (MPS Shared storage), so
+  // outputApart cannot keep them apart there.
+  View inputApart(const at::Tensor& t, const at::Tensor& written);
   // One flat buffer for several tensors of one dtype (coalesced ops).
   View flatten(const std::vector<at::Tensor>& ts, bool writeBack);
   // Runs the copy-backs and then `complete` (on the completing thread; with
@@ -159,6 +164,7 @@ class WorkMCCL : public c10d::Work {
   // callback thread, callback_pool.h), and that mark has happened.
   bool futureRequested_ = false;
   bool futureMarked_ = false;
+  std::once_flag futureOnce_;
   std::string description_;
 };
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import WORKERS, run_workers
 
@@ -30,6 +31,12 @@ def test_torchrun_standalone():
 @pytest.mark.parametrize("world", [2, 3])
 def test_errors_are_clear_and_do_not_hang(world):
     run_workers("errors.py", world)
+
+
+@pytest.mark.skipif(tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 9),
+                    reason="ProcessGroup.set_timeout reaches a third-party backend from torch 2.9")
+def test_a_timeout_set_after_creation_holds_for_point_to_point():
+    run_workers("p2p_timeout.py", 2)
 
 
 SETTING_PROBE = """

@@ -254,17 +254,17 @@ std::shared_ptr<Work> barrier(Communicator& comm, Timeout timeout) {
 }
 
 std::shared_ptr<Work> send(Communicator& comm, int peer, uint32_t tag, const void* buf,
-                           size_t count, DataType dtype) {
+                           size_t count, DataType dtype, Timeout timeout) {
   size_t bytes = bytesOf(comm, "send", count, dtype);
   checkBuf(comm, "send", buf, bytes);
-  return comm.send(peer, tag, buf, bytes, dtype, count);
+  return comm.send(peer, tag, buf, bytes, dtype, count, timeout);
 }
 
 std::shared_ptr<Work> recv(Communicator& comm, int peer, uint32_t tag, void* buf, size_t count,
-                           DataType dtype) {
+                           DataType dtype, Timeout timeout) {
   size_t bytes = bytesOf(comm, "recv", count, dtype);
   checkBuf(comm, "recv", buf, bytes);
-  return comm.recv(peer, tag, buf, bytes, dtype, count);
+  return comm.recv(peer, tag, buf, bytes, dtype, count, timeout);
 }
 
 }  // namespace mccl

@@ -138,10 +138,11 @@ std::shared_ptr<Work> alltoall(Communicator& comm, const AlltoallOptions& o);
 std::shared_ptr<Work> barrier(Communicator& comm, Timeout timeout = Timeout{0});
 
 // Point-to-point, ordered per (peer, tag). Not collective: no sequence number.
+// `timeout` <= 0: the group's.
 std::shared_ptr<Work> send(Communicator& comm, int peer, uint32_t tag, const void* buf,
-                           size_t count, DataType dtype);
+                           size_t count, DataType dtype, Timeout timeout = Timeout{0});
 // peer == Communicator::kAnySource receives from any rank (Work::sourceRank).
 std::shared_ptr<Work> recv(Communicator& comm, int peer, uint32_t tag, void* buf, size_t count,
-                           DataType dtype);
+                           DataType dtype, Timeout timeout = Timeout{0});
 
 }  // namespace mccl

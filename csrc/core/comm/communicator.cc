@@ -478,15 +478,15 @@ void Communicator::probePeer(int peer, Deadline deadline) {
 }
 
 std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* data, size_t bytes,
-                                         DataType dtype, uint64_t count) {
+                                         DataType dtype, uint64_t count, std::chrono::milliseconds timeout) {
   checkLive("send");
-  return p2p_.send(peer, tag, data, bytes, dtype, count);
+  return p2p_.send(peer, tag, data, bytes, dtype, count, timeout);
 }
 
 std::shared_ptr<Work> Communicator::recv(int peer, uint32_t tag, void* data, size_t bytes,
-                                         DataType dtype, uint64_t count) {
+                                         DataType dtype, uint64_t count, std::chrono::milliseconds timeout) {
   checkLive("recv");
-  auto w = p2p_.recv(peer, tag, data, bytes, dtype, count);
+  auto w = p2p_.recv(peer, tag, data, bytes, dtype, count, timeout);
   if (peer != kAnySource) expectFrom(peer);
   return w;
 }

@@ -96,10 +96,13 @@ class Communicator final : public OpHost, public LinkOwner {
   // Point-to-point, zero copy: `data` must stay valid until the Work
   // completes. peer == kAnySource receives from whichever rank sends first.
   static constexpr int kAnySource = PointToPoint::kAnySource;
+  // `timeout` <= 0: the group's.
   std::shared_ptr<Work> send(int peer, uint32_t tag, const void* data, size_t bytes,
-                             DataType dtype, uint64_t count);
+                             DataType dtype, uint64_t count,
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   std::shared_ptr<Work> recv(int peer, uint32_t tag, void* data, size_t bytes, DataType dtype,
-                             uint64_t count);
+                             uint64_t count,
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // A group of this one's ranks but `excluded` (ranks of this group; this
   // rank must not be one), made without a rendezvous: every survivor calls

@@ -92,7 +92,7 @@ void Links::handover(uint64_t from, LinkOwner* to, uint64_t toGroup) {
   old_ = nullptr;
 }
 
-LinkOwner* Links::acquire(uint64_t group, bool wait) {
+LinkOwner* Links::acquire(uint64_t group, bool wait, const Connection& c) {
   std::unique_lock<std::mutex> lock(mu_);
   Deadline limit = Deadline::after(cfg_.timeout);
   for (;;) {
@@ -106,13 +106,13 @@ LinkOwner* Links::acquire(uint64_t group, bool wait) {
     // A peer has shrunk this group already and sends on the new one: hold
     // this connection until this rank shrinks too.
     if (cv_.wait_until(lock, limit.time()) == std::cv_status::timeout && group != group_) {
-      throwError(ErrorKind::kTimeout, self_, ": a peer sent frames for the group that shrink_group "
-                 "makes of this one, but this rank did not call shrink_group within ",
+      throwError(ErrorKind::kTimeout, self_, ": ", c.name(), ": the peer sent frames for the group "
+                 "that shrink_group makes of this one, but this rank did not call shrink_group within ",
                  cfg_.timeout.count() / 1000.0, " s");
     }
   }
-  throwError(ErrorKind::kRemote, self_, ": frame of unknown group ", group, " (this rank's group is ",
-             group_, ")");
+  throwError(ErrorKind::kRemote, self_, ": ", c.name(), ": frame of unknown group ", group,
+             " (this rank's group is ", group_, ")");
 }
 
 LinkOwner* Links::acquireCurrent() {
@@ -140,7 +140,7 @@ thread_local LinkOwner* tReading = nullptr;
 }  // namespace
 
 void* Links::payloadDest(Connection& c, const FrameHeader& h) {
-  LinkOwner* owner = acquire(h.group, true);
+  LinkOwner* owner = acquire(h.group, true, c);
   if (owner == nullptr) return discardBuffer(h.length);
   void* dst;
   try {
@@ -182,7 +182,7 @@ void Links::control(Connection& c, const FrameHeader& h, const std::string& text
     c.postClose(mine);
     return;
   }
-  LinkOwner* owner = acquire(h.group, true);
+  LinkOwner* owner = acquire(h.group, true, c);
   if (owner == nullptr) return;  // a retired group's late ABORT, RTS or CTS
   try {
     owner->control(c, h, text);

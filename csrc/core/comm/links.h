@@ -105,7 +105,8 @@ class Links final : public FrameSink {
   // null when the group has retired or the links are closing (drop the
   // frame). Waits while `group` is the successor of the current group.
   // Throws for an unknown group.
-  LinkOwner* acquire(uint64_t group, bool wait);
+  // `c`: the connection the frame came on (named in errors).
+  LinkOwner* acquire(uint64_t group, bool wait, const Connection& c);
   LinkOwner* acquireCurrent();
   void done(LinkOwner* owner);
 

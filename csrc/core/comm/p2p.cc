@@ -39,7 +39,7 @@ void PointToPoint::done(const std::shared_ptr<Work>& work, Transfer& t) {
 }
 
 std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* data, size_t bytes,
-                                         DataType dtype, uint64_t count) {
+                                         DataType dtype, uint64_t count, std::chrono::milliseconds timeout) {
   const int size = host_.size();
   MCCL_USAGE_CHECK(peer >= 0 && peer < size, host_.selfName(), ": send to rank ", peer,
                    " which is outside the group of ", size);
@@ -64,8 +64,8 @@ std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* dat
   FrameHeader h = header(seq, tag);
   h.dtype = dtype;
   h.count = count;
-  Deadline deadline = Deadline::after(host_.config().timeout);
-  watchdog_.watch(deadline, req);
+  Deadline deadline = Deadline::after(timeout.count() > 0 ? timeout : host_.config().timeout);
+  watchdog_.watch(deadline, req, timeout);
   if (bytes <= host_.config().p2pEagerBytes) {
     host_.postSend(req, h, data, deadline);
     return work;
@@ -93,7 +93,7 @@ std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* dat
 }
 
 std::shared_ptr<Work> PointToPoint::recv(int peer, uint32_t tag, void* data, size_t bytes,
-                                         DataType dtype, uint64_t count) {
+                                         DataType dtype, uint64_t count, std::chrono::milliseconds timeout) {
   const int size = host_.size();
   MCCL_USAGE_CHECK(peer == kAnySource || (peer >= 0 && peer < size), host_.selfName(),
                    ": receive from rank ", peer, " which is outside the group of ", size);
@@ -108,7 +108,7 @@ std::shared_ptr<Work> PointToPoint::recv(int peer, uint32_t tag, void* data, siz
   auto req = std::make_shared<RecvRequest>(
       MsgKey{1, 0, tag, static_cast<uint32_t>(peer == kAnySource ? 0 : peer)}, data, bytes, sig);
   req->onDone = [this, work](Transfer& t) { done(work, t); };
-  watchdog_.watch(Deadline::after(host_.config().timeout), req);
+  watchdog_.watch(Deadline::after(timeout.count() > 0 ? timeout : host_.config().timeout), req, timeout);
   bool cts = peer == kAnySource ? matching_.postAnySource(req) : matching_.post(req);
   if (cts) sendCts(static_cast<int>(req->key.src), req->key.seq, req->key.slot);
   return work;

@@ -35,11 +35,12 @@ class PointToPoint {
 
   static constexpr int kAnySource = -1;
   // Zero copy: `data` must stay valid until the Work completes.
+  // `timeout` <= 0: the group's.
   std::shared_ptr<Work> send(int peer, uint32_t tag, const void* data, size_t bytes, DataType dtype,
-                             uint64_t count);
+                             uint64_t count, std::chrono::milliseconds timeout);
   // peer == kAnySource receives from whichever rank sends first.
   std::shared_ptr<Work> recv(int peer, uint32_t tag, void* data, size_t bytes, DataType dtype,
-                             uint64_t count);
+                             uint64_t count, std::chrono::milliseconds timeout);
 
   // A peer announced a large send; answers CTS once a receive is posted.
   void onRts(int peer, const FrameHeader& h);

@@ -33,17 +33,17 @@ void Watchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::watch(Deadline deadline, std::weak_ptr<Transfer> t) {
+void Watchdog::watch(Deadline deadline, std::weak_ptr<Transfer> t, std::chrono::milliseconds limit) {
   if (deadline.isNever()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (watched_.size() >= 1024) {
       std::erase_if(watched_, [](const auto& kv) {
-        auto x = kv.second.lock();
+        auto x = kv.second.transfer.lock();
         return !x || x->done();
       });
     }
-    watched_.emplace(deadline.time(), std::move(t));
+    watched_.emplace(deadline.time(), Watched{std::move(t), limit});
   }
   kick(deadline.time());
 }
@@ -104,7 +104,9 @@ void Watchdog::loop() {
     auto now = Clock::now();
     while (!watched_.empty()) {
       auto it = watched_.begin();
-      auto t = it->second.lock();
+      auto t = it->second.transfer.lock();
+      const bool own = it->second.limit.count() > 0;  // an op's own timeout, not the group's
+      const auto limit = own ? it->second.limit : host_.config().timeout;
       if (!t || t->done()) {
         watched_.erase(it);
         continue;
@@ -114,8 +116,9 @@ void Watchdog::loop() {
       std::string what = t->describe();
       lock.unlock();
       host_.poison(Error(ErrorKind::kTimeout,
-                         strCat(host_.selfName(), ": ", what, " did not complete within the group timeout of ",
-                                host_.config().timeout.count() / 1000.0, " s")));
+                         strCat(host_.selfName(), ": ", what, " did not complete within ",
+                                own ? "its timeout of " : "the group timeout of ",
+                                limit.count() / 1000.0, " s")));
       lock.lock();
     }
     if (host_.poisoned() && !watched_.empty()) watched_.clear();

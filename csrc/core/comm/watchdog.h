@@ -36,8 +36,10 @@ class Watchdog {
 
   void start();
   void stop();
-  // Fails `t` (poisons the group) if it is not done by `deadline`.
-  void watch(Deadline deadline, std::weak_ptr<Transfer> t);
+  // Fails `t` (poisons the group) if it is not done by `deadline`, which is
+  // `limit` after it started (named in the error; 0: the group timeout).
+  void watch(Deadline deadline, std::weak_ptr<Transfer> t,
+             std::chrono::milliseconds limit = std::chrono::milliseconds(0));
   // Rescans now (something it watches changed: ops failed, a new op).
   void kick();
   // Rescans if `deadline` is earlier than its next wake-up.
@@ -57,7 +59,11 @@ class Watchdog {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::multimap<Clock::time_point, std::weak_ptr<Transfer>> watched_;
+  struct Watched {
+    std::weak_ptr<Transfer> transfer;
+    std::chrono::milliseconds limit;
+  };
+  std::multimap<Clock::time_point, Watched> watched_;
   bool stop_ = false;
   uint64_t kicks_ = 0;  // bumped whenever it must rescan
   // When the sleeping watchdog wakes on its own (max while it scans, or when

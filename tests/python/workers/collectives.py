@@ -294,6 +294,9 @@ for dtype in ALL_DTYPES:
     dist.all_to_all_single(out, torch.cat(blocks))
     want = torch.cat([value(dtype, "SUM", j * world + rank, 5, 61) for j in range(world)])
     ok(out, want, "SUM", f"all_to_all_single equal {dtype}")
+    t = torch.cat(blocks)  # in place: all_to_all_single(t, t)
+    dist.all_to_all_single(t, t)
+    ok(t, want, "SUM", f"all_to_all_single in place {dtype}")
     ins = [value(dtype, "SUM", rank * world + j, j + 1, 62) for j in range(world)]
     outs = [torch.zeros(rank + 1, dtype=dtype) for j in range(world)]
     dist.all_to_all(outs, ins)
