@@ -149,6 +149,10 @@ View Staging::output(const at::Tensor& t) {
     keep_.push_back(t);
     return viewOf(t);
   }
+  return temporaryOutput(t);
+}
+
+View Staging::temporaryOutput(const at::Tensor& t) {
   at::Tensor tmp = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
   copyBack_.emplace_back(t, tmp);
   return viewOf(tmp);
@@ -182,10 +186,7 @@ bool sharesMemory(const at::Tensor& a, const at::Tensor& b) {
 View Staging::outputApart(const at::Tensor& t, const std::vector<at::Tensor>& reads) {
   if (stagedOnDevice(t)) return output(t);  // staged: its own host buffer already
   for (const auto& r : reads) {
-    if (!sharesMemory(t, r)) continue;
-    at::Tensor tmp = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
-    copyBack_.emplace_back(t, tmp);
-    return viewOf(tmp);
+    if (sharesMemory(t, r)) return temporaryOutput(t);
   }
   return output(t);
 }
@@ -445,7 +446,7 @@ bool WorkMCCL::isCompleted() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!completed_) return false;
     // A complete Work has a complete Future (marked on a callback thread).
-    if (!issuer_ && futureRequested_ && !futureMarked_) return false;
+    if (!futureCaughtUp()) return false;
     mark = mark_;
   }
   if (!mark) return true;
@@ -479,7 +480,7 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   // Complete, and so is its Future if the caller holds it (marked on a
   // callback thread; a callback of this op waiting here finds it marked).
   // (MPS marks are run or waited for below.)
-  auto complete = [&] { return completed_ && (issuer_ || !futureRequested_ || futureMarked_); };
+  auto complete = [&] { return completed_ && futureCaughtUp(); };
   if (timeout.count() > 0) {
     if (!cv_.wait_for(lock, timeout, complete)) {
       throw c10::DistBackendError(

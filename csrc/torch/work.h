@@ -105,6 +105,8 @@ class Staging {
 
  private:
   View viewOf(const at::Tensor& t);
+  // A contiguous temporary for `t`, copied back at the end.
+  View temporaryOutput(const at::Tensor& t);
   DeviceStage& stage(const at::Tensor& t);
   std::shared_ptr<DeviceStage> dev_;
   std::string who_;
@@ -164,6 +166,9 @@ class WorkMCCL : public c10d::Work {
   // callback thread, callback_pool.h), and that mark has happened.
   bool futureRequested_ = false;
   bool futureMarked_ = false;
+  // Under mutex_: the Future is marked if the caller holds it and it is
+  // marked on a callback thread (MPS marks are run or waited for apart).
+  bool futureCaughtUp() const { return issuer_ || !futureRequested_ || futureMarked_; }
   std::once_flag futureOnce_;
   std::string description_;
 };

@@ -345,6 +345,25 @@ def replay(worlds: dict[int, int], steps: int, momentum: float = 0.0) -> dict:
     return net.state_dict()
 
 
+def ends_as_replayed(fleet: Fleet, tmp_path: Path, survivors: list[int], stop: int,
+                     momentum: float = 0.0) -> dict[int, int]:
+    """The survivors end at `stop` (the driver has set it): every step is
+    logged once, with one world, and the final parameters equal the replay
+    of those worlds. Returns the worlds."""
+    fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
+    fleet.assert_ok(survivors)
+    commits = fleet.commits()
+    assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
+    for s, ws in commits.items():
+        assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
+    worlds = {s: ws.pop() for s, ws in commits.items()}
+    got = torch.load(tmp_path / "final.pt")
+    want = replay(worlds, stop, momentum=momentum)
+    for k in want:
+        assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
+    return worlds
+
+
 def breathe(fleet: Fleet, tmp_path: Path, set_stop):
     """4 members start, 2 join, 1 leaves on SIGTERM, 1 is killed; then the
     final parameters against the replay."""
@@ -359,19 +378,9 @@ def breathe(fleet: Fleet, tmp_path: Path, set_stop):
     fleet.wait_for("the crash recovery", lambda: fleet.latest_world() == 4)
     stop = max(fleet.commits()) + 15
     set_stop(str(stop))
-    survivors = [0, 3, *joiners]
-    fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-    fleet.assert_ok(survivors + [1])
-    commits = fleet.commits()
-    assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
-    for s, ws in commits.items():
-        assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
-    worlds = {s: ws.pop() for s, ws in commits.items()}
+    worlds = ends_as_replayed(fleet, tmp_path, [0, 3, *joiners], stop)
+    fleet.assert_ok([1])
     assert [worlds[s] for s in range(stop)][:3] == [4, 4, 4] and set(worlds.values()) == {4, 5, 6}
-    got = torch.load(tmp_path / "final.pt")
-    want = replay(worlds, stop)
-    for k in want:
-        assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
     log0 = fleet.text(0)
     assert re.search(r"CHANGE gen \d+ join world 6", log0), log0[-3000:]
     assert re.search(r"CHANGE gen \d+ leave world 5", log0), log0[-3000:]
@@ -440,17 +449,7 @@ def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
                        all("COMMIT" in fleet.text(j) for j in joiners))
         stop = max(fleet.commits()) + 15
         m.store.set("stop_at", str(stop))
-        survivors = [0, 1, *joiners]
-        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-        fleet.assert_ok(survivors)
-        commits = fleet.commits()
-        assert sorted(commits) == list(range(stop))
-        assert all(len(ws) == 1 for ws in commits.values()), commits
-        worlds = {s: ws.pop() for s, ws in commits.items()}
-        got = torch.load(tmp_path / "final.pt")
-        want = replay(worlds, stop)
-        for k in want:
-            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), k
+        ends_as_replayed(fleet, tmp_path, [0, 1, *joiners], stop)
     finally:
         fleet.kill_all()
         del master
@@ -477,17 +476,7 @@ def test_a_member_dies_as_it_relays_the_state_to_joiners(tmp_path):
         assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the state sync" in fleet.text(2)
         stop = max(fleet.commits()) + 10
         Membership(_client(port), "test").store.set("stop_at", str(stop))
-        survivors = [0, 1, *joiners]
-        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-        fleet.assert_ok(survivors)
-        commits = fleet.commits()
-        assert sorted(commits) == list(range(stop))
-        assert all(len(ws) == 1 for ws in commits.values()), commits
-        worlds = {s: ws.pop() for s, ws in commits.items()}
-        got = torch.load(tmp_path / "final.pt")
-        want = replay(worlds, stop)
-        for k in want:
-            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), k
+        ends_as_replayed(fleet, tmp_path, [0, 1, *joiners], stop)
         assert re.search(r"CHANGE gen \d+ crash world [34]", fleet.text(0)), fleet.text(0)[-3000:]
     finally:
         fleet.kill_all()
@@ -617,15 +606,9 @@ def test_fsdp_job_starts_again_when_a_founder_dies_before_any_checkpoint(tmp_pat
         assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the first rebuild" in fleet.text(2)
         stop = max(fleet.commits()) + 6
         Membership(_client(port), "test").store.set("stop_at", str(stop))
-        fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in (0, 1)), 120)
-        fleet.assert_ok([0, 1])
-        commits = fleet.commits()
-        assert sorted(commits) == list(range(stop)) and all(ws == {2} for ws in commits.values()), commits
+        worlds = ends_as_replayed(fleet, tmp_path, [0, 1], stop, momentum=w.MOMENTUM)
+        assert set(worlds.values()) == {2}, worlds
         assert "the state was built afresh" in fleet.text(0) + fleet.text(1)
-        got = torch.load(tmp_path / "final.pt")
-        want = replay({s: 2 for s in range(stop)}, stop, momentum=w.MOMENTUM)
-        for k in want:
-            assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
     finally:
         fleet.kill_all()
         del master

@@ -258,10 +258,7 @@ void Communicator::relayAbort() {
 bool Communicator::reachForAbort(int r, Deadline deadline) {
   auto l = links();
   if (!l || retired_.load()) return true;  // the links serve another group now: stop
-  {
-    std::lock_guard<std::mutex> lock(poisonMu_);
-    if (std::find(failedPeers_.begin(), failedPeers_.end(), r) != failedPeers_.end()) return false;
-  }
+  if (isFailedPeer(r)) return false;
   const int peer = members_[static_cast<size_t>(r)];
   if (l->peers().connected(peer)) return true;  // poison() told it on that connection
   // A new connection carries the ABORT (adopted()); throws when the member
@@ -468,10 +465,7 @@ void Communicator::probePeer(int peer, Deadline deadline) {
     if (l->peers().everConnected(family) || poisoned() || retired_.load() || probe_.stopping()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  {
-    std::lock_guard<std::mutex> lock(poisonMu_);
-    if (std::find(failedPeers_.begin(), failedPeers_.end(), peer) == failedPeers_.end()) failedPeers_.push_back(peer);
-  }
+  noteFailedPeer(peer);
   poison(Error(ErrorKind::kRemote, strCat(selfName(), ": ", peerName(peer),
                                           " cannot be reached while this rank waits for its data: ", why,
                                           "; its process has died or left the group")));
@@ -535,14 +529,21 @@ void Communicator::control(Connection&, const FrameHeader& h, const std::string&
 void Communicator::linkFailed(int peer, const Error& err) {
   const int g = groupRank(static_cast<uint32_t>(peer));
   if (retired_.load() || g < 0) return;  // not this group's
-  {
-    std::lock_guard<std::mutex> lock(poisonMu_);
-    if (std::find(failedPeers_.begin(), failedPeers_.end(), g) == failedPeers_.end()) failedPeers_.push_back(g);
-  }
+  noteFailedPeer(g);
   // The link names the peer by its rank in the group that made the links.
   const std::string as = g == peer ? std::string() : strCat(" (rank ", g, " of this group)");
   poison(Error(err.kind(), strCat(selfName(), ": ", err.what(), as)));
   relay_.lost(g);  // if the relay counted it as told, it goes on past it
+}
+
+void Communicator::noteFailedPeer(int g) {
+  std::lock_guard<std::mutex> lock(poisonMu_);
+  if (std::find(failedPeers_.begin(), failedPeers_.end(), g) == failedPeers_.end()) failedPeers_.push_back(g);
+}
+
+bool Communicator::isFailedPeer(int g) const {
+  std::lock_guard<std::mutex> lock(poisonMu_);
+  return std::find(failedPeers_.begin(), failedPeers_.end(), g) != failedPeers_.end();
 }
 
 std::vector<int> Communicator::failedPeers() const {

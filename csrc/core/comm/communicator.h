@@ -210,6 +210,8 @@ class Communicator final : public OpHost, public LinkOwner {
   std::atomic<bool> poisoned_{false};
   std::unique_ptr<Error> poison_;
   std::vector<int> failedPeers_;  // guarded by poisonMu_
+  void noteFailedPeer(int g);     // once each
+  bool isFailedPeer(int g) const;
 
   std::mutex lifeMu_;  // serialises abort()/shutdown()/shrink()
   bool stopped_ = false;

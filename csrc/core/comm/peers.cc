@@ -8,6 +8,11 @@
 
 namespace mccl {
 
+namespace {
+// A connection that still carries frames both ways (not ended, no goodbye).
+bool isUp(const std::shared_ptr<Connection>& c) { return !c->ended() && !c->peerClosed(); }
+}  // namespace
+
 Peers::Peers(const CommConfig& cfg, const Identity& identity, FrameSink& sink,
              Rendezvous& rendezvous, std::string selfName, std::function<void(Connection&)> adopted,
              std::function<void(int, const Error&)> refused)
@@ -150,7 +155,7 @@ std::vector<std::shared_ptr<Connection>> Peers::connectionsTo(int peer, Deadline
   auto live = [&p] {  // under p.mu
     std::vector<std::shared_ptr<Connection>> out;
     for (auto& c : p.conns) {
-      if (!c->ended() && !c->peerClosed()) out.push_back(c);
+      if (isUp(c)) out.push_back(c);
     }
     return out;
   };
@@ -287,7 +292,7 @@ bool Peers::connectionEnded(Connection& c) {
 bool Peers::connected(int peer) const {
   Peer& p = at(peer);
   std::lock_guard<std::mutex> lock(p.mu);
-  return std::any_of(p.conns.begin(), p.conns.end(), [](const auto& c) { return !c->ended() && !c->peerClosed(); });
+  return std::any_of(p.conns.begin(), p.conns.end(), isUp);
 }
 
 void Peers::abortGroup(int peer, const FrameHeader& tmpl, const Error& e) {

@@ -495,6 +495,12 @@ class Job:
         except Exception:  # noqa: BLE001 - no group, or not an mccl one
             return []
 
+    @staticmethod
+    def _drop_group() -> None:
+        """Destroys this generation's group, if it formed."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
     def _recover_until_formed(self, state: State, error: Exception) -> None:
         """_recover, again for each failure during it (another member died
         while the survivors regrouped): each round recovers the generation
@@ -531,19 +537,18 @@ class Job:
         # that saw the failure first must not decide alone that every member
         # is dead.
         grace = self.crash_grace_s if formed else self.timeout.total_seconds() + max(5.0, self.crash_grace_s)
-        holder_s = 2 * self.timeout.total_seconds() if int(self.record.get("step", 0)) > 0 else 0.0
+        trained = int(self.record.get("step", 0)) > 0  # the job has state to lose
+        holder_s = 2 * self.timeout.total_seconds() if trained else 0.0
         d = self.members.decide(n, world, f"rec/{n}/step", grace, holder_s=holder_s)
         if rank in d["dead"]:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            self._drop_group()
             raise Excluded(f"mccl.elastic: {self.id} was left out of generation {n + 1}: the other members "
                            f"did not hear from it within {grace:g} s of the failure")
         dead = d["dead"]
         steps = {int(r): s for r, s in d["steps"].items()}
         top = max(steps.values())
-        if top < 0 and int(self.record.get("step", 0)) > 0:
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        if top < 0 and trained:
+            self._drop_group()
             raise RuntimeError(f"mccl.elastic: generation {n} failed with every member that held the job's "
                                f"state (step {self.record.get('step')}); only newcomers survive, and they have "
                                "nothing to go on from")
@@ -558,8 +563,7 @@ class Job:
             # had decided): its group cannot form as written (one it lists is
             # dead, or recovering here). Every process it lists, joiners too,
             # meets again in the recovery of that generation.
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            self._drop_group()
             if self.id not in nxt["members"]:
                 raise Excluded(f"mccl.elastic: {self.id} is not a member of generation {n + 1}")
             # Those found dead here are dead there too (one that is alive
@@ -578,8 +582,7 @@ class Job:
         else:
             # Nobody died (a timeout, a lost link), or the group never
             # formed: a fresh group of the survivors.
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            self._drop_group()
             self._init_group(n + 1, nxt)
         # Members that had committed the failed step hand its state over; a
         # sharded state lost the dead member's shards: back to its checkpoint.
