@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import needs_cpu_fsdp2
 from mccl.launch import run
@@ -44,6 +45,19 @@ def test_small_deep_has_the_references_shape_at_smalls_size():
     assert deep_depth == ref_depth == 16
     assert abs(deep_first - ref_first) < 0.005 < small_first - ref_first
     assert abs(deep_total / small_total - 1) < 0.05
+
+
+def test_small_deep_lean_is_small_deep_on_fewer_tokens():
+    """small-deep-lean: small-deep's blocks, embedding and head (only the
+    position rows differ) on 5 tokens, for labs whose ranks share cores."""
+    from mccl.workloads import vit
+
+    deep, lean = vit.build("small-deep"), vit.build("small-deep-lean")
+    shapes = {n: p.shape for n, p in deep.named_parameters() if n != "pos"}
+    assert shapes == {n: p.shape for n, p in lean.named_parameters() if n != "pos"}
+    assert lean.pos.shape[1] == 5 and deep.pos.shape[1] == 65
+    image = vit.PRESETS["small-deep-lean"][5]
+    assert lean(torch.randn(2, 3, image, image)).shape == (2, 10)
 
 
 def test_vit_trains_over_mccl_and_reports_overlap():
