@@ -277,7 +277,10 @@ void ProcessGroupMCCL::shutdown() {
 }
 
 // Every override below checks all of its arguments (Args) before it stages
-// or submits anything, then builds the core options and submits.
+// or submits anything, then builds the core options and submits. Ops of
+// several core ops stage every tensor before they submit the first: staging
+// can still refuse (tensors on two devices), and a refusal after a submit
+// would free memory that a running core op writes.
 
 WorkPtr ProcessGroupMCCL::allreduce(std::vector<at::Tensor>& tensors,
                                     const c10d::AllreduceOptions& opts) {
@@ -405,7 +408,7 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
     }
   }
   Staging st(a.who());
-  std::vector<std::shared_ptr<Work>> core;
+  std::vector<AllgatherOptions> ops;
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     View in = st.input(inputs[i]);
@@ -414,9 +417,10 @@ WorkPtr ProcessGroupMCCL::allgather_coalesced(std::vector<std::vector<at::Tensor
       out.push_back(st.output(list[i]).data);
       outs.push_back(list[i]);
     }
-    AllgatherOptions o = allgatherOpts(in, std::move(out), opTimeout(opts.timeout));
-    core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
+    ops.push_back(allgatherOpts(in, std::move(out), opTimeout(opts.timeout)));
   }
+  std::vector<std::shared_ptr<Work>> core;
+  for (const auto& o : ops) core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
   return finish(*comm_, OpType::ALLGATHER_COALESCED, "mccl:all_gather_coalesced", outs, inputs,
                 core, std::move(st));
 }
@@ -431,13 +435,14 @@ WorkPtr ProcessGroupMCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor
     a.like(outputs[i], at("outputs", i), inputs[i], at("inputs", i), /*timesWorld=*/true);
   }
   Staging st(a.who());
-  std::vector<std::shared_ptr<Work>> core;
+  std::vector<AllgatherOptions> ops;
   for (size_t i = 0; i < inputs.size(); ++i) {
     View in = st.input(inputs[i]);
     View out = st.output(outputs[i]);
-    AllgatherOptions o = allgatherOpts(in, blocks<void*>(out, a.size(), in.count), opTimeout(opts.timeout));
-    core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
+    ops.push_back(allgatherOpts(in, blocks<void*>(out, a.size(), in.count), opTimeout(opts.timeout)));
   }
+  std::vector<std::shared_ptr<Work>> core;
+  for (const auto& o : ops) core.push_back(submit(st, [=, this] { return mccl::allgather(*comm_, o); }));
   return finish(*comm_, OpType::COALESCED, "mccl:all_gather_into_tensor_coalesced", outputs,
                 inputs, core, std::move(st));
 }
@@ -530,14 +535,15 @@ WorkPtr ProcessGroupMCCL::reduce_scatter_tensor_coalesced(std::vector<at::Tensor
     reds.push_back(a.reduce(opts.reduceOp, outputs[i].scalar_type()));
   }
   Staging st(a.who());
-  std::vector<std::shared_ptr<Work>> core;
+  std::vector<ReduceScatterOptions> ops;
   for (size_t i = 0; i < inputs.size(); ++i) {
     View in = st.inputApart(inputs[i], outputs[i]);
     View out = st.outputApart(outputs[i], inputs);  // in place: a block of an input
-    ReduceScatterOptions o = reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out,
-                                               reds[i], opTimeout(opts.timeout));
-    core.push_back(submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); }));
+    ops.push_back(reduceScatterOpts(blocks<const void*>(in, a.size(), out.count), out, reds[i],
+                                    opTimeout(opts.timeout)));
   }
+  std::vector<std::shared_ptr<Work>> core;
+  for (const auto& o : ops) core.push_back(submit(st, [=, this] { return mccl::reduceScatter(*comm_, o); }));
   return finish(*comm_, OpType::COALESCED, "mccl:reduce_scatter_tensor_coalesced", outputs,
                 inputs, core, std::move(st));
 }
