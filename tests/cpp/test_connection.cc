@@ -268,5 +268,43 @@ TEST(Socket, CongestionControlIsSetOrRefusedByName) {
 #endif
 }
 
+// MCCL_KEEPALIVE_S: probes from halfway through, a sixth apart, enough to
+// fill the rest; unacknowledged data fails at the same time. (The netlab
+// test cuts a cable under idle connections and sees them fail at it.)
+TEST(Socket, DeadPeerTimeoutSetsKeepaliveAndUserTimeout) {
+#if defined(__linux__)
+  auto opt = [](const Socket& s, int level, int name) {
+    int v = -1;
+    socklen_t len = sizeof(v);
+    EXPECT_EQ(::getsockopt(s.fd(), level, name, &v, &len), 0);
+    return v;
+  };
+  Socket s(::socket(AF_INET, SOCK_STREAM, 0));
+  ASSERT_TRUE(s.valid());
+  s.setDeadPeerTimeout(0);
+  EXPECT_EQ(opt(s, SOL_SOCKET, SO_KEEPALIVE), 0);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
+  s.setDeadPeerTimeout(30);
+  EXPECT_EQ(opt(s, SOL_SOCKET, SO_KEEPALIVE), 1);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPIDLE), 15);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPINTVL), 5);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPCNT), 3);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_USER_TIMEOUT), 30000);
+  s.setDeadPeerTimeout(1);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPIDLE), 1);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPINTVL), 1);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPCNT), 1);
+  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_USER_TIMEOUT), 1000);
+  CommConfig c;
+  EXPECT_EQ(c.keepaliveS, 30);
+  c.keepaliveS = -1;
+  EXPECT_THROW(c.validate(), Error);
+  c.keepaliveS = 3601;
+  EXPECT_THROW(c.validate(), Error);
+#else
+  GTEST_SKIP() << "checked through Linux's socket options";
+#endif
+}
+
 }  // namespace
 }  // namespace mccl

@@ -58,6 +58,7 @@ else:
     ("MCCL_CHUNK_BYTES", "1K", ["MCCL_CHUNK_BYTES=1K", "out of range", "[4K, 1G]"]),
     ("MCCL_NSOCKS_PER_PEER", "0", ["MCCL_NSOCKS_PER_PEER=0", "[1, 64]"]),
     ("MCCL_SOCKET_BUFFER", "4G", ["MCCL_SOCKET_BUFFER=4G", "[0, 1G]"]),
+    ("MCCL_KEEPALIVE_S", "-5", ["MCCL_KEEPALIVE_S=-5", "[0, 3600]"]),
     ("MCCL_UNEXPECTED_BYTES", "-1", ["MCCL_UNEXPECTED_BYTES=-1", "[4K, 1T]"]),
     ("MCCL_INFLIGHT_OPS", "many", ["MCCL_INFLIGHT_OPS=many", "not a number"]),
     ("MCCL_LOG_LEVEL", "verbose-please", ["MCCL_LOG_LEVEL=verbose-please", "ERROR, WARN, INFO, DEBUG, TRACE"]),

@@ -4,7 +4,7 @@ Runs only as root with iproute2 (skipped with the reason otherwise): brings
 up a 3-host lab at 1 Gbit/s, checks its TCP goodput, runs every collective
 across the hosts with MCCL_SOCKET_IFNAME (against references and Gloo),
 checks that `mccl doctor` names a host made slow on purpose, and cuts a
-link in the middle of an all-reduce.
+link in the middle of an all-reduce and while every connection is idle.
 """
 
 import json
@@ -102,6 +102,23 @@ def test_cut_link_mid_allreduce_fails_every_rank_at_the_timeout(lab, tmp_path):
     t.start()
     try:
         run_workers("cut_link.py", 3, str(tmp_path), lab=lab, timeout=90)
+    finally:
+        t.join()
+        lab.restore(1)
+
+
+def test_cut_link_while_idle_fails_the_waiting_ranks_at_the_keepalive(lab, tmp_path):
+    def cutter():
+        end = time.monotonic() + 60
+        while len(list(tmp_path.glob("ready.*"))) < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(0.5)  # ranks 0 and 2 are waiting in the broadcast
+        lab.cut(1)
+
+    t = threading.Thread(target=cutter)
+    t.start()
+    try:
+        run_workers("cut_idle.py", 3, str(tmp_path), lab=lab, timeout=90, env={"MCCL_KEEPALIVE_S": "4"})
     finally:
         t.join()
         lab.restore(1)

@@ -23,6 +23,7 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.nsocksPerPeer = static_cast<int>(params::nsocksPerPeer());
   c.socketBuffer = static_cast<int>(params::socketBuffer());
   c.tcpCongestion = params::tcpCongestion();
+  c.keepaliveS = static_cast<int>(params::keepaliveS());
   c.chunkBytes = static_cast<size_t>(params::chunkBytes());
   c.frameBytes = static_cast<size_t>(params::frameBytes());
   c.inlineBytes = static_cast<size_t>(params::inlineBytes());
@@ -56,6 +57,7 @@ void CommConfig::validate() const {
   MCCL_USAGE_CHECK(rank >= 0 && rank < size, "rank ", rank, " is outside [0, ", size, ")");
   params::checkRange(spec::nsocksPerPeer, nsocksPerPeer);
   params::checkRange(spec::socketBuffer, socketBuffer);
+  params::checkRange(spec::keepaliveS, keepaliveS);
   if (!tcpCongestion.empty()) Socket::checkCongestion(tcpCongestion);
   params::checkRange(spec::chunkBytes, chunkBytes);
   params::checkRange(spec::frameBytes, frameBytes);

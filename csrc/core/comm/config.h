@@ -29,6 +29,7 @@ struct CommConfig {
   int nsocksPerPeer = static_cast<int>(params::spec::nsocksPerPeer.def);
   int socketBuffer = static_cast<int>(params::spec::socketBuffer.def);
   std::string tcpCongestion = params::spec::tcpCongestion.def;  // "": the system's
+  int keepaliveS = static_cast<int>(params::spec::keepaliveS.def);  // 0: the kernel's
   size_t chunkBytes = params::spec::chunkBytes.def;
   size_t frameBytes = params::spec::frameBytes.def;
   size_t inlineBytes = params::spec::inlineBytes.def;

@@ -52,6 +52,7 @@ void Peers::adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
   Peer& p = at(peer);
   sock.setNoDelay();
   sock.setBufferSizes(cfg_.socketBuffer);
+  sock.setDeadPeerTimeout(cfg_.keepaliveS);
   if (!cfg_.tcpCongestion.empty()) {
     // Checked when the group was made; refused now only if the host's
     // settings changed since. The connection keeps the system's default.

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -56,6 +57,7 @@ Socket& Socket::operator=(Socket&& o) noexcept {
   if (this != &o) {
     close();
     fd_ = o.fd_;
+    deadPeerS_ = o.deadPeerS_;
     o.fd_ = -1;
   }
   return *this;
@@ -166,6 +168,50 @@ void Socket::setCongestion(const std::string& name) {
 #endif
 }
 
+std::string Socket::silentPeer(int err) const {
+  if (err != ETIMEDOUT || deadPeerS_ <= 0) return "";
+  return strCat(" after no answer for MCCL_KEEPALIVE_S=", deadPeerS_,
+                " s: the peer's host is down, unplugged or unreachable");
+}
+
+void Socket::setDeadPeerTimeout(int seconds) {
+  if (seconds <= 0) return;
+  deadPeerS_ = seconds;
+  // Probes start halfway through and come every sixth of the time (at least
+  // a second apart), enough of them to fill the rest.
+  const int idle = (seconds + 1) / 2;
+  const int interval = std::max(1, seconds / 6);
+  const int count = std::max(1, (seconds - idle + interval - 1) / interval);
+  static RateLimiter refusals(1, std::chrono::hours(1));
+  auto set = [&](int level, int opt, int value, const char* name) {
+    if (::setsockopt(fd_, level, opt, &value, sizeof(value)) == 0) return;
+    uint64_t dropped = 0;
+    if (refusals.allow(&dropped)) {
+      MCCL_LOG(kWarn, "MCCL_KEEPALIVE_S=", seconds, ": setting ", name, " failed: ", errnoString(errno),
+               "; a peer that stops answering may be noticed only at the op's timeout");
+    }
+  };
+  set(SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE");
+#if defined(TCP_KEEPIDLE)
+  set(IPPROTO_TCP, TCP_KEEPIDLE, idle, "TCP_KEEPIDLE");
+#elif defined(TCP_KEEPALIVE)
+  set(IPPROTO_TCP, TCP_KEEPALIVE, idle, "TCP_KEEPALIVE");  // macOS: the idle time
+#endif
+#if defined(TCP_KEEPINTVL)
+  set(IPPROTO_TCP, TCP_KEEPINTVL, interval, "TCP_KEEPINTVL");
+#endif
+#if defined(TCP_KEEPCNT)
+  set(IPPROTO_TCP, TCP_KEEPCNT, count, "TCP_KEEPCNT");
+#endif
+#if defined(TCP_USER_TIMEOUT)
+  // Linux: unacknowledged data (and, with keepalive, unanswered probes)
+  // fails the connection after this long.
+  set(IPPROTO_TCP, TCP_USER_TIMEOUT, seconds * 1000, "TCP_USER_TIMEOUT");
+#elif defined(TCP_RXT_CONNDROPTIME)
+  set(IPPROTO_TCP, TCP_RXT_CONNDROPTIME, seconds, "TCP_RXT_CONNDROPTIME");  // macOS
+#endif
+}
+
 void Socket::setBufferSizes(int bytes) {
   if (bytes <= 0) return;
   static RateLimiter clampWarnings(1, std::chrono::hours(1));
@@ -199,7 +245,7 @@ void Socket::sendAll(const void* data, size_t len, Deadline deadline) {
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       int err = errno;
-      throwError(kindFor(err), "send failed: ", errnoString(err));
+      throwError(kindFor(err), "send failed: ", errnoString(err), silentPeer(err));
     }
     p += n;
     len -= static_cast<size_t>(n);
@@ -221,7 +267,7 @@ bool Socket::recvAll(void* data, size_t len, Deadline deadline) {
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       int err = errno;
-      throwError(kindFor(err), "receive failed: ", errnoString(err));
+      throwError(kindFor(err), "receive failed: ", errnoString(err), silentPeer(err));
     }
     got += static_cast<size_t>(n);
   }
@@ -237,7 +283,7 @@ void Socket::sendIov(struct iovec* iov, int iovcnt) {
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       int err = errno;
-      throwError(kindFor(err), "send failed: ", errnoString(err));
+      throwError(kindFor(err), "send failed: ", errnoString(err), silentPeer(err));
     }
     size_t left = static_cast<size_t>(n);
     while (iovcnt > 0 && left >= iov->iov_len) {
@@ -262,7 +308,7 @@ size_t Socket::sendIovNow(const struct iovec* iov, int iovcnt) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     int err = errno;
-    throwError(kindFor(err), "send failed: ", errnoString(err));
+    throwError(kindFor(err), "send failed: ", errnoString(err), silentPeer(err));
   }
 }
 
@@ -272,7 +318,7 @@ size_t Socket::recvSome(void* data, size_t len) {
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     int err = errno;
-    throwError(kindFor(err), "receive failed: ", errnoString(err));
+    throwError(kindFor(err), "receive failed: ", errnoString(err), silentPeer(err));
   }
 }
 

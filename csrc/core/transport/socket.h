@@ -19,7 +19,7 @@ class Socket {
  public:
   Socket() = default;
   explicit Socket(int fd) : fd_(fd) {}
-  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Socket(Socket&& o) noexcept : fd_(o.fd_), deadPeerS_(o.deadPeerS_) { o.fd_ = -1; }
   Socket& operator=(Socket&& o) noexcept;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
@@ -45,6 +45,11 @@ class Socket {
   // Sets SO_SNDBUF/SO_RCVBUF; logs a warning naming the sysctl to raise when
   // the kernel grants less than asked.
   void setBufferSizes(int bytes);
+  // A peer that stops answering (no reset comes: powered off, unplugged)
+  // fails the connection after about `seconds` of silence: keepalive probes
+  // while idle, a retransmission limit while sending. 0 changes nothing.
+  // Options the system lacks are skipped; a refused one is logged once.
+  void setDeadPeerTimeout(int seconds);
   // Sets the connection's TCP congestion control (TCP_CONGESTION, Linux).
   // checkCongestion refuses, with a usage error naming MCCL_TCP_CONGESTION,
   // a malformed name, one this kernel does not offer this process, and any
@@ -69,7 +74,11 @@ class Socket {
   void close();
 
  private:
+  // What a failed send or receive adds to its errno text when the dead-peer
+  // timeout ended it (ETIMEDOUT), else "".
+  std::string silentPeer(int err) const;
   int fd_ = -1;
+  int deadPeerS_ = 0;  // setDeadPeerTimeout's seconds
 };
 
 }  // namespace mccl
