@@ -87,7 +87,18 @@ CoreReduce coreReduce(const c10d::ReduceOp& op, at::ScalarType type, const std::
       if (s->tensor_factor.defined()) {
         TORCH_CHECK_VALUE(s->tensor_factor.numel() == 1, who,
                           ": PREMUL_SUM factor must have one element");
-        r.premulFactor = s->tensor_factor.to(at::kDouble).cpu().item<double>();
+        at::Tensor f = s->tensor_factor.detach().cpu();
+        if (f.is_complex()) {
+          // The core multiplies by a real factor; dropping the imaginary
+          // part would give a wrong sum without a word.
+          const c10::complex<double> z = f.to(at::kComplexDouble).item<c10::complex<double>>();
+          TORCH_CHECK_VALUE(z.imag() == 0.0, who, ": PREMUL_SUM factor ", z.real(), (z.imag() < 0 ? "" : "+"),
+                            z.imag(), "j is complex; MCCL multiplies by real factors only (scale the tensor ",
+                            "by it first, then reduce with SUM)");
+          r.premulFactor = z.real();
+        } else {
+          r.premulFactor = f.to(at::kDouble).item<double>();
+        }
       } else {
         r.premulFactor = s->double_factor;
       }

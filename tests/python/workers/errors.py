@@ -33,6 +33,12 @@ expect(TypeError, ["mccl allreduce", who, "BXOR", "float32"],
        lambda: dist.all_reduce(torch.zeros(3), op=dist.ReduceOp.BXOR))
 expect(TypeError, ["mccl allreduce", "PREMUL_SUM", "int64"],
        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int64), op=dist._make_nccl_premul_sum(2.0)))
+expect(ValueError, ["mccl allreduce", who, "PREMUL_SUM factor 1+2j is complex", "real factors only"],
+       lambda: dist.all_reduce(torch.ones(3, dtype=torch.complex64),
+                               op=dist._make_nccl_premul_sum(torch.tensor(1 + 2j))))
+z = torch.tensor([1 + 1j, 2 - 3j], dtype=torch.complex64) * (rank + 1)
+dist.all_reduce(z, op=dist._make_nccl_premul_sum(torch.tensor(2 + 0j)))  # a real value as a complex tensor
+assert torch.equal(z, torch.tensor([1 + 1j, 2 - 3j], dtype=torch.complex64) * world * (world + 1)), z
 expect(ValueError, ["split sizes sum to 3", "4 rows"],
        lambda: dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1] * world, [1, 2] + [0] * (world - 2)))
 expect(ValueError, ["output list has", f"group has {world}"],
