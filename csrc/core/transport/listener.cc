@@ -87,11 +87,15 @@ Listener::Listener(const SockAddr& addr, const std::string& portRange, const Ide
   addr_ = sock_.localAddr();
   sock_.setNonBlocking(true);
   int fds[2];
+#if defined(__linux__)
+  if (::pipe2(fds, O_CLOEXEC) != 0) throwError(ErrorKind::kSystem, "pipe failed: ", errnoString(errno));
+#else
   if (::pipe(fds) != 0) throwError(ErrorKind::kSystem, "pipe failed: ", errnoString(errno));
+  ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);  // a fork in between would inherit them: macOS has no pipe2
+  ::fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+#endif
   wakeRead_ = fds[0];
   wakeWrite_ = fds[1];
-  ::fcntl(wakeRead_, F_SETFD, FD_CLOEXEC);
-  ::fcntl(wakeWrite_, F_SETFD, FD_CLOEXEC);
   thread_ = std::thread([this] {
     nameThisThread("mccl-listen");
     loop();
@@ -163,7 +167,7 @@ void Listener::loop() {
         if (re & POLLOUT) {
           size_t len = 0;
           const uint8_t* out = p.hs->pendingOutput(&len);
-          ssize_t n = ::send(p.sock.fd(), out, len, MSG_NOSIGNAL);
+          ssize_t n = ::send(p.sock.fd(), out, len, Socket::sendFlags());
           if (n < 0 && errno != EAGAIN && errno != EINTR) {
             throwError(ErrorKind::kRemote, "send failed: ", errnoString(errno));
           }
@@ -234,6 +238,7 @@ void Listener::loop() {
         }
         Pending p{Socket(fd), from, std::make_unique<AcceptorHandshake>(self_),
                   Deadline::after(handshakeTimeout_)};
+        p.sock.setNoSigpipe();  // macOS: accepted sockets do not inherit it
         p.sock.setNonBlocking(true);
         pending.push_back(std::move(p));
       }

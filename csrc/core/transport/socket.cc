@@ -33,6 +33,14 @@ void noSigpipe(int fd) {
 #endif
 }
 
+}  // namespace
+
+int Socket::sendFlags() { return kSendFlags; }
+
+void Socket::setNoSigpipe() { noSigpipe(fd_); }
+
+namespace {
+
 // Waits until fd is ready for `events` or the deadline passes.
 bool waitReady(int fd, short events, Deadline deadline) {
   for (;;) {

@@ -28,6 +28,13 @@ class Socket {
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
 
+  // Flags for send()/sendmsg() on a socket of this process: no SIGPIPE
+  // where the system has MSG_NOSIGNAL; elsewhere (macOS) the socket must
+  // have been made with setNoSigpipe(), as connect() and accepted sockets are.
+  static int sendFlags();
+  // SO_NOSIGPIPE where it exists (macOS), for sockets made by accept().
+  void setNoSigpipe();
+
   // Binds and listens on `addr` (its port may be 0 for an ephemeral port).
   // Returns false with errno set if the port is taken.
   static bool tryListen(const SockAddr& addr, int backlog, Socket* out);
