@@ -74,6 +74,7 @@ void Connection::start() {
     queue_.push_back(f);
   }
   recvThread_ = std::thread([this] {
+    recvThreadId_.store(std::this_thread::get_id());
     nameThisThread("mccl-recv");
     recvLoop();
   });
@@ -316,7 +317,7 @@ Error Connection::sendFailure(const Error& e) {
   // If the peer said goodbye, that is the cause: its CLOSE may still sit
   // unread in the socket, so let the receive thread read it first (bounded;
   // never from the receive thread itself).
-  if (!interrupted_.load() && std::this_thread::get_id() != recvThread_.get_id()) {
+  if (!interrupted_.load() && std::this_thread::get_id() != recvThreadId_.load()) {
     for (int i = 0; i < 100 && !recvDone_.load() && !peerClosed_.load(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }

@@ -248,6 +248,9 @@ class Connection {
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> recvDone_{false}, sendDone_{false};
   std::thread recvThread_, sendThread_;
+  // The receive thread's id, set by that thread: sendFailure() reads it on
+  // other threads while start() or close() may be writing recvThread_.
+  std::atomic<std::thread::id> recvThreadId_{};
 };
 
 }  // namespace mccl
