@@ -394,10 +394,16 @@ void WorkMCCL::markDone(std::exception_ptr error) {
     }
   };
   bool pooled = false;
+  std::function<void()> endSpan;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (completed_) return;
     completed_ = true;
+    // The profiler's span of this op (c10d::Work's, begun at creation) ends
+    // now, as c10d::Work::finish() ends it; left alone it would end when the
+    // Work is destroyed.
+    endSpan = std::move(recordFunctionEndCallback_);
+    recordFunctionEndCallback_ = nullptr;
     exception_ = error;
     done_ = lastStaging().device() ? lastStaging().device()->done() : nullptr;
     if (issuer_) {
@@ -414,6 +420,7 @@ void WorkMCCL::markDone(std::exception_ptr error) {
       mark();
     }
   }
+  if (endSpan) endSpan();
   if (pooled) {
     // Device ops: marked with the side stream current, as they are here.
     std::shared_ptr<DeviceStage> dev = lastStaging().device();

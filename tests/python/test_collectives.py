@@ -62,3 +62,7 @@ def test_every_allreduce_algorithm_matches_reference_and_gloo(world):
     # Rabenseifner's onto 4; 7 is prime (the torus's single row, a fold of 3).
     outs = run_workers("allreduce_algorithms.py", world, timeout=420)
     assert "checks passed over 7 algorithms" in outs[0]
+
+
+def test_profiler_span_ends_when_the_op_completes():
+    run_workers("profiler_spans.py", 2, timeout=120)
