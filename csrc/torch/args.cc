@@ -70,6 +70,13 @@ void Args::root(int64_t rootRank, int64_t rootTensor) const {
   TORCH_CHECK_VALUE(rootTensor == 0, who_, ": rootTensor must be 0, got ", rootTensor);
 }
 
+void Args::peer(int rank, const char* what) const {
+  TORCH_CHECK_VALUE(rank >= 0 && rank < size(), who_, ": ", what, " rank ", rank,
+                    " is outside the group of ", size());
+  TORCH_CHECK_VALUE(rank != this->rank(), who_, ": ", what, " rank ", rank,
+                    " is this rank (to itself is not supported)");
+}
+
 void Args::tag(int tag) const {
   TORCH_CHECK_VALUE(tag >= 0, who_, ": tag must be non-negative, got ", tag);
 }

@@ -46,6 +46,10 @@ class Args {
   void pairs(size_t outputs, size_t inputs) const;
   void root(int64_t rootRank, int64_t rootTensor) const;
   void tag(int tag) const;
+  // A send's destination or a receive's source (`what`): a rank of the
+  // group other than this one. Checked here so that device tensors, whose
+  // ops reach the core later, are refused at the call like host ones.
+  void peer(int rank, const char* what) const;
   // The core's reduce op for `op` on `type`; TypeError when it cannot apply.
   CoreReduce reduce(const c10d::ReduceOp& op, at::ScalarType type) const;
   // gather's outputs / scatter's inputs (`what`: "output" / "input"): the

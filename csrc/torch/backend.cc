@@ -645,6 +645,7 @@ WorkPtr ProcessGroupMCCL::send(std::vector<at::Tensor>& tensors, int dstRank, in
   Args a = enter(*comm_, "send");
   a.single(tensors, "tensor");
   a.tag(tag);
+  a.peer(dstRank, "destination");
   const Timeout t = timeout_.load();  // the group's, as setTimeout() left it
   Staging st(a.who());
   View v = st.input(tensors[0]);
@@ -658,6 +659,7 @@ WorkPtr ProcessGroupMCCL::recv(std::vector<at::Tensor>& tensors, int srcRank, in
   Args a = enter(*comm_, "recv");
   a.single(tensors, "tensor");
   a.tag(tag);
+  a.peer(srcRank, "source");
   const Timeout t = timeout_.load();  // the group's, as setTimeout() left it
   Staging st(a.who());
   View v = st.output(tensors[0]);

@@ -24,6 +24,17 @@ dev = (torch.device(device, torch.cuda.current_device()) if device == "cuda"
        else torch.device(device))
 tri = world * (world + 1) // 2
 
+# A bad peer is refused at the call, before any device copy, as for host
+# tensors (device ops reach the core later, on the submit thread).
+pg = dist.distributed_c10d._get_default_group()
+for call, peer, words in ((pg.send, rank, "destination rank %d is this rank" % rank),
+                          (pg.recv, world, "source rank %d is outside the group of %d" % (world, world))):
+    try:
+        call([torch.zeros(3, device=dev)], peer, 0)
+        raise AssertionError(f"{call.__name__} to rank {peer} was accepted")
+    except ValueError as e:
+        assert words in str(e) and f"rank {rank}/{world}" in str(e), str(e)
+
 # Many ops in flight; each input written just before its call (on the
 # caller's stream), results checked after all waits.
 works, bufs = [], []
