@@ -521,6 +521,40 @@ TEST(ReduceScatter, RingAndDirect) {
   }
 }
 
+// An output over an input block (in place) is refused before anything is
+// sent: the algorithms write the output before they read every block, and
+// the sums came out wrong (the torch adapter passes such calls a temporary).
+TEST(ReduceScatter, OutputOverAnInputBlockIsRefused) {
+  runRanks(3, [&](Communicator& comm) {
+    const DataType dt = DataType::kFloat32;
+    const size_t count = 13;
+    Buffer in(dt, count * 3);
+    std::vector<const void*> ins;
+    for (int b = 0; b < 3; ++b) ins.push_back(static_cast<uint8_t*>(in.data()) + static_cast<size_t>(b) * count * 4);
+    ReduceScatterOptions ro;
+    ro.in = ins;
+    ro.count = count;
+    ro.dtype = dt;
+    for (size_t at : {size_t{0}, count * 4 + 4, count * 8}) {
+      ro.out = static_cast<uint8_t*>(in.data()) + at;  // over block 0, across 1 and 2, block 2
+      try {
+        reduceScatter(comm, ro)->wait();
+        ADD_FAILURE() << "an output at byte " << at << " of the input was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+        EXPECT_NE(std::string(e.what()).find("reduce_scatter: the output overlaps input block"), std::string::npos)
+            << e.what();
+      }
+    }
+    // Nothing was sent: the group still works.
+    Buffer out(dt, count);
+    for (size_t i = 0; i < count * 3; ++i) in.set(i, 1.0);
+    ro.out = out.data();
+    reduceScatter(comm, ro)->wait();
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(out.at(i), 3.0);
+  });
+}
+
 TEST(GatherScatter, EveryRoot) {
   for (int n : kWorlds) {
     runRanks(n, [&](Communicator& comm) {

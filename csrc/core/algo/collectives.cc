@@ -195,6 +195,16 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkList(comm, op, "input list", o.in, bytes);
   checkBuf(comm, op, o.out, bytes);
+  // The algorithms use the output as scratch before they have read every
+  // input block (the ring reads this rank's own block last).
+  const auto* out = static_cast<const uint8_t*>(o.out);
+  for (size_t r = 0; r < o.in.size() && bytes > 0; ++r) {
+    const auto* in = static_cast<const uint8_t*>(o.in[r]);
+    if (out < in + bytes && in < out + bytes) {
+      usage(comm, op, "the output overlaps input block ", r, " (", bytes,
+            " bytes each); reduce into a separate buffer and copy");
+    }
+  }
   OpSignature sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count);
   kernels::WireDtype w;
   if (wireApplies(comm, OpKind::kReduceScatter, o.dtype, o.op, bytes * static_cast<size_t>(comm.size()), &w)) {

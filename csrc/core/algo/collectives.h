@@ -89,6 +89,8 @@ std::shared_ptr<Work> allgather(Communicator& comm, const AllgatherOptions& o);
 
 // in[i] (size() pointers, `count` elements each) is this rank's contribution
 // to rank i's block; `out` receives the reduction of every rank's in[rank].
+// `out` must not overlap any input block (refused: the algorithms write it
+// before they have read all of them).
 struct ReduceScatterOptions {
   std::vector<const void*> in;
   void* out = nullptr;
