@@ -722,10 +722,12 @@ void Connection::recvLoop() {
   } catch (const std::exception& e) {
     fail(Error(ErrorKind::kSystem, strCat(name_, ": ", e.what())));
   }
-  // No REF_DONE can arrive any more.
-  failPendingRefs(Error(ErrorKind::kRemote,
-                        strCat(name_, ": the connection ended before the peer copied a payload "
-                                      "offered by reference")));
+  // No REF_DONE can arrive any more. A peer that said goodbye shut down
+  // before it read them: that is the cause, as for any other pending op.
+  failPendingRefs(peerClosed_.load()
+                      ? goodbye("it copied a payload offered to it by reference")
+                      : Error(ErrorKind::kRemote, strCat(name_, ": the connection ended before the peer copied a "
+                                                                "payload offered by reference")));
   recvDone_.store(true);
 }
 
