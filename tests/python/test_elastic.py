@@ -483,6 +483,37 @@ def test_a_member_dies_as_it_relays_the_state_to_joiners(tmp_path):
         del master
 
 
+def test_a_member_past_the_join_barrier_is_not_left_out(tmp_path):
+    # A member dies in the old group's barrier after rank 0 wrote the join
+    # generation; the second member had passed that barrier (it skips it)
+    # and waits in the new generation's rendezvous, whose rank 0 (the
+    # first member) will not come: it is recovering. The second member
+    # must learn that at once and recover with it, not wait out its 60 s
+    # timeout and be taken for dead (what CI once saw: left out, and a
+    # joiner not admitted in time).
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    m = Membership(_client(port), "test")
+    try:
+        # Ranks follow the order of the requests: the skipping member is
+        # rank 1, not the rank 0 that decides on joiners.
+        for k, extra in enumerate([[], ["--in-join-barrier", "skip"], ["--in-join-barrier", "die"]]):
+            fleet.start(initial=3, extra=extra)
+            fleet.wait_for(f"request {k + 1}", lambda: m.requests() >= k + 1)
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
+        joiner = fleet.start()
+        fleet.wait_for("3 members again", lambda: "COMMIT" in fleet.text(joiner) and fleet.latest_world() == 3, 45)
+        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the join barrier" in fleet.text(2)
+        assert "SKIPPING the join barrier" in fleet.text(1)
+        stop = max(fleet.commits()) + 8
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        ends_as_replayed(fleet, tmp_path, [0, 1, joiner], stop)
+        assert "EXCLUDED" not in fleet.text(1)
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_job_breathes_on_the_network_lab(tmp_path):
     # The same story with every member on its own host of a 6-host lab
     # (1 Gbit/s links), the store on host 0, as a studio would run it.

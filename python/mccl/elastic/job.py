@@ -200,10 +200,30 @@ class Job:
         world_state = getattr(dist.distributed_c10d, "_world", None)
         if not dist.is_initialized() and hasattr(world_state, "group_count"):
             world_state.group_count = 0
+        self._meet_rank0(n, rank)
         store = dist.PrefixStore(f"pg/{n}/", self.members.store)
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=len(rec["members"]),
                                 timeout=self.timeout)
         self._formed = True
+
+    def _meet_rank0(self, n: int, rank: int) -> None:
+        """Generation n's rank 0 opens its group (pg/<n>/open) just before its
+        rendezvous; the others wait for that, or for a member that checked in
+        to recover generation n (its rank 0 found it cannot form, e.g. a
+        member it lists died first): then they recover it too, at once,
+        instead of waiting out the rendezvous's timeout for a rank 0 that
+        will never come."""
+        m = self.members
+        if rank == 0:
+            m.store.set(f"pg/{n}/open", "1")
+            return
+        end = time.monotonic() + self.timeout.total_seconds()
+        while not m.has(f"pg/{n}/open"):
+            if m.has(f"rec/{n}/alive"):
+                raise _Regroup(f"mccl.elastic: generation {n} is being recovered before its group formed")
+            if time.monotonic() >= end:
+                break  # the rendezvous below times out in turn, naming what it waited for
+            time.sleep(0.01)
 
     def _publish(self, n: int, rec: dict) -> dict:
         """Generation n's record: `rec`, or the one another member wrote first."""
@@ -539,7 +559,8 @@ class Job:
         grace = self.crash_grace_s if formed else self.timeout.total_seconds() + max(5.0, self.crash_grace_s)
         trained = int(self.record.get("step", 0)) > 0  # the job has state to lose
         holder_s = 2 * self.timeout.total_seconds() if trained else 0.0
-        d = self.members.decide(n, world, f"rec/{n}/step", grace, holder_s=holder_s)
+        d = self.members.decide(n, world, f"rec/{n}/step", grace, holder_s=holder_s,
+                                presumed_s=self.crash_grace_s)
         if rank in d["dead"]:
             self._drop_group()
             raise Excluded(f"mccl.elastic: {self.id} was left out of generation {n + 1}: the other members "
@@ -566,11 +587,15 @@ class Job:
             self._drop_group()
             if self.id not in nxt["members"]:
                 raise Excluded(f"mccl.elastic: {self.id} is not a member of generation {n + 1}")
-            # Those found dead here are dead there too (one that is alive
-            # reads this decision and leaves): no need to wait for them.
-            known = [nxt["members"].index(old[r]) for r in dead if old[r] in nxt["members"]]
-            if known:
-                store.append(f"rec/{n + 1}/dead", "".join(f"{r}," for r in known))
+            # Those dead here are presumed dead there: waited for only as
+            # long as a crash (not the unformed group's timeout). Not taken
+            # for dead at once: one may be alive, having passed the old
+            # group's last op (a member that left it looks like a failure)
+            # and waiting in the new group's rendezvous, from which it comes
+            # to this recovery within moments (_meet_rank0).
+            presumed = [nxt["members"].index(old[r]) for r in dead if old[r] in nxt["members"]]
+            if presumed:
+                store.append(f"rec/{n + 1}/presumed", "".join(f"{r}," for r in presumed))
             self.generation, self.record, self._formed = n + 1, nxt, False
             raise _Regroup(f"mccl.elastic: generation {n + 1} ({nxt.get('cause')}) was written before the "
                            f"failure of generation {n}; recovering it")

@@ -165,12 +165,14 @@ class Membership:
         return {int(x) for x in self.store.get(key).decode().split(",") if x}
 
     def decide(self, n: int, world: int, steps_key: str, grace_s: float, poll_s: float = 0.005,
-               holder_s: float = 0.0) -> dict:
+               holder_s: float = 0.0, presumed_s: float | None = None) -> dict:
         """The dead set of generation n's failure, the same for every survivor:
         ranks that did not check in once every rank is accounted for (checked
-        in, or seen dead by a survivor), or when `grace_s` has passed. With
-        `holder_s`, no decision is written before a rank whose step is >= 0
-        (one that holds the job's state) has checked in, for up to that long."""
+        in, or seen dead by a survivor), or when `grace_s` has passed. Ranks
+        listed in rec/<n>/presumed (dead in the generation before) count as
+        accounted for once `presumed_s` has passed. With `holder_s`, no
+        decision is written before a rank whose step is >= 0 (one that holds
+        the job's state) has checked in, for up to that long."""
         start = time.monotonic()
         end = start + grace_s
         key = f"rec/{n}/decision"
@@ -179,6 +181,8 @@ class Membership:
                 return self.get_json(key)
             alive = self._ranks(f"rec/{n}/alive")
             dead = self._ranks(f"rec/{n}/dead") - alive
+            if presumed_s is not None and time.monotonic() >= start + presumed_s:
+                dead |= self._ranks(f"rec/{n}/presumed") - alive
             if len(alive) + len(dead) >= world or time.monotonic() >= end:
                 steps = {}
                 for r in alive:

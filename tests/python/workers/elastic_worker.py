@@ -61,6 +61,9 @@ if __name__ == "__main__":
                    help="kill this process as it starts to relay the state to joiners")
     p.add_argument("--die-in-first-rebuild", action="store_true",
                    help="FSDP: kill this process as the first generation builds its sharded state")
+    p.add_argument("--in-join-barrier", choices=["die", "skip"], default="",
+                   help="at the first join: die in the old group's barrier, or skip it (as if this member "
+                        "had passed it before another one's failure made it fail for the rest)")
     a = p.parse_args()
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
@@ -89,6 +92,26 @@ if __name__ == "__main__":
                 os.kill(os.getpid(), signal.SIGKILL)
             return relay(state, src, load)
         job._sync = dying
+
+    if a.in_join_barrier:
+        change = job._change
+
+        def first_join(state, leavers, joiners):
+            real = torch.distributed.barrier
+
+            def barrier(*args, **kw):
+                if a.in_join_barrier == "die":
+                    print("DYING in the join barrier", flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                print("SKIPPING the join barrier", flush=True)
+            if joiners:
+                torch.distributed.barrier = barrier
+                job._change = change  # once
+            try:
+                return change(state, leavers, joiners)
+            finally:
+                torch.distributed.barrier = real
+        job._change = first_join
 
     def on_step(job, state, loss):
         print(f"COMMIT {state.step - 1} world {job.world} rank {job.rank} gen {job.generation}", flush=True)
