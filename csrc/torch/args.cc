@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include "algo/collectives.h"
+#include "comm/p2p.h"
 
 namespace mccl::torch_adapter {
 
@@ -71,10 +72,8 @@ void Args::root(int64_t rootRank, int64_t rootTensor) const {
 }
 
 void Args::peer(int rank, const char* what) const {
-  TORCH_CHECK_VALUE(rank >= 0 && rank < size(), who_, ": ", what, " rank ", rank,
-                    " is outside the group of ", size());
-  TORCH_CHECK_VALUE(rank != this->rank(), who_, ": ", what, " rank ", rank,
-                    " is this rank (to itself is not supported)");
+  const std::string why = peerRefusal(size(), this->rank(), rank, what);
+  TORCH_CHECK_VALUE(why.empty(), who_, ": ", why);
 }
 
 void Args::tag(int tag) const {

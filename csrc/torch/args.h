@@ -6,8 +6,8 @@
 // of a coalesced batch too) leaves the group untouched and usable. Each
 // check throws ValueError or TypeError naming the op, this rank, the
 // argument (as torch names it) and the sizes. Checks that the core also
-// makes (roots, reduce op × dtype) take their wording from the core's
-// rootRefusal() and reduceRefusal().
+// makes (roots, point-to-point peers, reduce op × dtype) take their wording
+// from the core's rootRefusal(), peerRefusal() and reduceRefusal().
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Types.hpp>

@@ -284,17 +284,16 @@ TEST(Socket, DeadPeerTimeoutSetsKeepaliveAndUserTimeout) {
   s.setDeadPeerTimeout(0);
   EXPECT_EQ(opt(s, SOL_SOCKET, SO_KEEPALIVE), 0);
   EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
+  // (idle s, probe interval s, probes, user timeout ms) for each setting
+  auto timers = [&] {
+    return std::vector<int>{opt(s, IPPROTO_TCP, TCP_KEEPIDLE), opt(s, IPPROTO_TCP, TCP_KEEPINTVL),
+                            opt(s, IPPROTO_TCP, TCP_KEEPCNT), opt(s, IPPROTO_TCP, TCP_USER_TIMEOUT)};
+  };
   s.setDeadPeerTimeout(30);
   EXPECT_EQ(opt(s, SOL_SOCKET, SO_KEEPALIVE), 1);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPIDLE), 15);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPINTVL), 5);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPCNT), 3);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_USER_TIMEOUT), 30000);
+  EXPECT_EQ(timers(), (std::vector<int>{15, 5, 3, 30000}));
   s.setDeadPeerTimeout(1);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPIDLE), 1);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPINTVL), 1);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_KEEPCNT), 1);
-  EXPECT_EQ(opt(s, IPPROTO_TCP, TCP_USER_TIMEOUT), 1000);
+  EXPECT_EQ(timers(), (std::vector<int>{1, 1, 1, 1000}));
   CommConfig c;
   EXPECT_EQ(c.keepaliveS, 30);
   c.keepaliveS = -1;

@@ -4,6 +4,12 @@
 
 namespace mccl {
 
+std::string peerRefusal(int size, int self, int64_t peer, const char* what) {
+  if (peer < 0 || peer >= size) return strCat(what, " rank ", peer, " is outside the group of ", size, " ranks");
+  if (peer == self) return strCat(what, " rank ", peer, " is this rank (to itself is not supported)");
+  return {};
+}
+
 PointToPoint::PointToPoint(OpHost& host, Matching& matching, Watchdog& watchdog,
                            PostControl postControl, uint32_t wireRank)
     : host_(host),
@@ -41,9 +47,8 @@ void PointToPoint::done(const std::shared_ptr<Work>& work, Transfer& t) {
 std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* data, size_t bytes,
                                          DataType dtype, uint64_t count, std::chrono::milliseconds timeout) {
   const int size = host_.size();
-  MCCL_USAGE_CHECK(peer >= 0 && peer < size, host_.selfName(), ": send to rank ", peer,
-                   " which is outside the group of ", size);
-  MCCL_USAGE_CHECK(peer != host_.rank(), host_.selfName(), ": send to itself is not supported");
+  const std::string why = peerRefusal(size, host_.rank(), peer, "destination");
+  MCCL_USAGE_CHECK(why.empty(), host_.selfName(), ": send: ", why);
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -95,9 +100,8 @@ std::shared_ptr<Work> PointToPoint::send(int peer, uint32_t tag, const void* dat
 std::shared_ptr<Work> PointToPoint::recv(int peer, uint32_t tag, void* data, size_t bytes,
                                          DataType dtype, uint64_t count, std::chrono::milliseconds timeout) {
   const int size = host_.size();
-  MCCL_USAGE_CHECK(peer == kAnySource || (peer >= 0 && peer < size), host_.selfName(),
-                   ": receive from rank ", peer, " which is outside the group of ", size);
-  MCCL_USAGE_CHECK(peer != host_.rank(), host_.selfName(), ": receive from itself is not supported");
+  const std::string why = peer == kAnySource ? std::string() : peerRefusal(size, host_.rank(), peer, "source");
+  MCCL_USAGE_CHECK(why.empty(), host_.selfName(), ": receive: ", why);
   OpSignature sig;
   sig.op = OpKind::kSendRecv;
   sig.dtype = dtype;

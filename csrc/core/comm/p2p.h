@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -23,6 +24,12 @@
 #include "comm/work.h"
 
 namespace mccl {
+
+// Why `peer` cannot be the `what` ("destination", "source") of a
+// point-to-point op at rank `self` of a group of `size`; empty when it can.
+// The one wording of this refusal, for the core's checks and the adapter's
+// (which refuses a device tensor's op at the call, before staging it).
+std::string peerRefusal(int size, int self, int64_t peer, const char* what);
 
 class PointToPoint {
  public:

@@ -33,14 +33,6 @@ void noSigpipe(int fd) {
 #endif
 }
 
-}  // namespace
-
-int Socket::sendFlags() { return kSendFlags; }
-
-void Socket::setNoSigpipe() { noSigpipe(fd_); }
-
-namespace {
-
 // Waits until fd is ready for `events` or the deadline passes.
 bool waitReady(int fd, short events, Deadline deadline) {
   for (;;) {
@@ -60,6 +52,10 @@ ErrorKind kindFor(int err) {
 }
 
 }  // namespace
+
+int Socket::sendFlags() { return kSendFlags; }
+
+void Socket::setNoSigpipe() { noSigpipe(fd_); }
 
 Socket& Socket::operator=(Socket&& o) noexcept {
   if (this != &o) {

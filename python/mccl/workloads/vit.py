@@ -46,8 +46,9 @@ PRESETS = {
     # small-deep's parameters (but 60 fewer position rows) on 8x8 images: 5
     # tokens instead of 65, so the real CPU work per step is about a third (25
     # against 73 ms a step on one core, batch 2).
-    # For the network lab, where many ranks share a host's cores and that
-    # work, not the emulated device time, spreads the ranks apart.
+    # For the network lab, where many ranks share a host's cores: it tests
+    # whether that work spreads the ranks apart (on the 24-host lab it did
+    # not: the skew stayed at 50-55 ms, docs/benchmarks.md).
     "small-deep-lean": (160, 16, 640, 5, 4, 8, 10),
     "tiny": (64, 2, 128, 2, 8, 32, 10),
 }
