@@ -61,6 +61,17 @@ else:
     ("MCCL_KEEPALIVE_S", "-5", ["MCCL_KEEPALIVE_S=-5", "[0, 3600]"]),
     ("MCCL_UNEXPECTED_BYTES", "-1", ["MCCL_UNEXPECTED_BYTES=-1", "[4K, 1T]"]),
     ("MCCL_INFLIGHT_OPS", "many", ["MCCL_INFLIGHT_OPS=many", "not a number"]),
+    # Counts and times are plain decimal integers: no size suffix, no hex
+    # or octal, no sign or space before; sizes take K/M/G but must fit.
+    ("MCCL_KEEPALIVE_S", "1K", ["MCCL_KEEPALIVE_S=1K", "not a whole number", "without a suffix"]),
+    ("MCCL_HANDSHAKE_TIMEOUT_MS", "0x10", ["MCCL_HANDSHAKE_TIMEOUT_MS=0x10", "not a whole number"]),
+    ("MCCL_CALLBACK_DEADLINE_MS", "+5", ["MCCL_CALLBACK_DEADLINE_MS=+5", "not a number"]),
+    ("MCCL_CHUNK_BYTES", " 4M", ["MCCL_CHUNK_BYTES= 4M", "not a number"]),
+    ("MCCL_CHUNK_BYTES", "010", ["MCCL_CHUNK_BYTES=10 is out of range"]),  # decimal ten, not octal eight
+    ("MCCL_PIECE_BYTES", "99999999999G", ["MCCL_PIECE_BYTES=99999999999G", "does not fit in 64 bits"]),
+    ("MCCL_SMALL_BYTES", "99999999999999999999", ["MCCL_SMALL_BYTES=99999999999999999999",
+                                                  "does not fit in 64 bits"]),
+    ("MCCL_ALPHA_US", " 5", ["MCCL_ALPHA_US= 5", "not a number"]),
     ("MCCL_LOG_LEVEL", "verbose-please", ["MCCL_LOG_LEVEL=verbose-please", "ERROR, WARN, INFO, DEBUG, TRACE"]),
     ("MCCL_PORT_RANGE", "1000abc-2000", ["MCCL_PORT_RANGE=1000abc-2000", "LOW-HIGH"]),
     ("MCCL_WIRE_SECURITY", "yes", ["MCCL_WIRE_SECURITY=yes", "off, integrity, encrypt"]),

@@ -1,6 +1,8 @@
 #include "util/params.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "util/check.h"
@@ -8,9 +10,9 @@
 namespace mccl {
 
 namespace {
-// "4096" -> "4K"; sizes as the settings accept them.
-std::string bound(double v) {
-  if (v >= 1024 && v == static_cast<double>(static_cast<int64_t>(v))) {
+// A bound or value as the setting accepts it: a Size's "4096" as "4K".
+std::string bound(double v, bool size) {
+  if (size && v >= 1024 && v == static_cast<double>(static_cast<int64_t>(v))) {
     auto i = static_cast<int64_t>(v);
     const char* suffix[] = {"K", "M", "G", "T"};
     int k = -1;
@@ -27,7 +29,8 @@ std::string bound(double v) {
 }
 
 std::string rangeText(const char* type, double lo, double hi) {
-  return std::string(type) == "String" ? std::string() : strCat(bound(lo), " to ", bound(hi));
+  const std::string t(type);
+  return t == "String" ? std::string() : strCat(bound(lo, t == "Size"), " to ", bound(hi, t == "Size"));
 }
 
 std::string unquote(std::string s) {
@@ -48,39 +51,62 @@ const std::vector<ParamInfo>& allParams() {
   return list;
 }
 
-int64_t parseSize(const std::string& text, const char* what) {
+namespace {
+// The decimal integer at the start of `text` (an optional '-', then digits);
+// `*end` is where it stops. Throws when there is none or it overflows.
+int64_t leadingInt(const std::string& text, const char* what, size_t* end) {
   MCCL_USAGE_CHECK(!text.empty(), what, ": empty value");
-  size_t pos = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &pos, 0);
-  } catch (const std::exception&) {
-    throwError(ErrorKind::kUsage, what, "=", text, " is not a number");
+  size_t i = text[0] == '-' ? 1 : 0;
+  const size_t first = i;
+  int64_t value = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    const int digit = text[i] - '0';
+    MCCL_USAGE_CHECK(value <= (INT64_MAX - digit) / 10, what, "=", text, " does not fit in 64 bits");
+    value = value * 10 + digit;
   }
-  std::string suffix = text.substr(pos);
+  if (i == first) throwError(ErrorKind::kUsage, what, "=", text, " is not a number");
+  *end = i;
+  return first == 1 ? -value : value;
+}
+}  // namespace
+
+int64_t parseInt(const std::string& text, const char* what) {
+  size_t end = 0;
+  const int64_t value = leadingInt(text, what, &end);
+  MCCL_USAGE_CHECK(end == text.size(), what, "=", text,
+                   " is not a whole number (a plain decimal integer, without a suffix)");
+  return value;
+}
+
+int64_t parseSize(const std::string& text, const char* what) {
+  size_t end = 0;
+  const int64_t value = leadingInt(text, what, &end);
+  const std::string suffix = text.substr(end);
   int64_t scale = 1;
   if (suffix == "K" || suffix == "k" || suffix == "KiB") scale = int64_t{1} << 10;
   else if (suffix == "M" || suffix == "m" || suffix == "MiB") scale = int64_t{1} << 20;
   else if (suffix == "G" || suffix == "g" || suffix == "GiB") scale = int64_t{1} << 30;
   else MCCL_USAGE_CHECK(suffix.empty(), what, "=", text,
                         " has an unknown suffix (use K, M or G)");
-  return static_cast<int64_t>(value) * scale;
+  MCCL_USAGE_CHECK(value >= INT64_MIN / scale && value <= INT64_MAX / scale, what, "=", text,
+                   " does not fit in 64 bits");
+  return value * scale;
 }
 
 namespace params {
 
-Int intFrom(const char* env, const std::string& text, Int def, double lo, double hi) {
+Int intFrom(const char* env, const std::string& text, Int def, double lo, double hi, bool size) {
   if (text.empty()) return def;
-  Int x = parseSize(text, env);
-  checkRange(env, static_cast<double>(x), lo, hi);
+  Int x = size ? parseSize(text, env) : parseInt(text, env);
+  checkRange(env, static_cast<double>(x), lo, hi, size);
   return x;
 }
 
 namespace {
 
-Int readInt(const char* env, Int def, double lo, double hi) {
+Int readInt(const char* env, Int def, double lo, double hi, bool size) {
   const char* v = std::getenv(env);
-  return intFrom(env, v == nullptr ? std::string() : std::string(v), def, lo, hi);
+  return intFrom(env, v == nullptr ? std::string() : std::string(v), def, lo, hi, size);
 }
 
 Float readFloat(const char* env, Float def, double lo, double hi) {
@@ -88,7 +114,8 @@ Float readFloat(const char* env, Float def, double lo, double hi) {
   if (v == nullptr || *v == '\0') return def;
   char* end = nullptr;
   double d = std::strtod(v, &end);
-  MCCL_USAGE_CHECK(end != v && *end == '\0', env, "=", v, " is not a number");
+  MCCL_USAGE_CHECK(end != v && *end == '\0' && !std::isspace(static_cast<unsigned char>(*v)), env, "=", v,
+                   " is not a number");
   checkRange(env, d, lo, hi);
   return d;
 }
@@ -101,31 +128,33 @@ String readString(const char* env, const char* def) {
 template <typename T>
 struct Reader;
 template <>
-struct Reader<Int> {
-  static Int read(const char* env, Int def, double lo, double hi) { return readInt(env, def, lo, hi); }
+struct Reader<Int> {  // Int and Size (one C++ type): spec says which
+  static Int read(const char* env, Int def, double lo, double hi, bool size) {
+    return readInt(env, def, lo, hi, size);
+  }
 };
 template <>
 struct Reader<Float> {
-  static Float read(const char* env, Float def, double lo, double hi) {
+  static Float read(const char* env, Float def, double lo, double hi, bool) {
     return readFloat(env, def, lo, hi);
   }
 };
 template <>
 struct Reader<String> {
-  static String read(const char* env, const char* def, double, double) {
+  static String read(const char* env, const char* def, double, double, bool) {
     return readString(env, def);
   }
 };
 
 }  // namespace
 
-void checkRange(const char* env, double value, double lo, double hi) {
-  MCCL_USAGE_CHECK(value >= lo && value <= hi, env, "=", bound(value), " is out of range: ",
-                   "it must be in [", bound(lo), ", ", bound(hi), "]");
+void checkRange(const char* env, double value, double lo, double hi, bool size) {
+  MCCL_USAGE_CHECK(value >= lo && value <= hi, env, "=", bound(value, size), " is out of range: ",
+                   "it must be in [", bound(lo, size), ", ", bound(hi, size), "]");
 }
 
 #define MCCL_PARAM(id, env, type, def, lo, hi, doc) \
-  type id() { return Reader<type>::read(env, def, lo, hi); }
+  type id() { return Reader<type>::read(env, def, lo, hi, spec::id.size); }
 #include "util/params.def"
 #undef MCCL_PARAM
 

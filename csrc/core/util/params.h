@@ -5,13 +5,14 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mccl {
 
 struct ParamInfo {
   std::string env;           // "MCCL_SOCKET_IFNAME"
-  std::string type;          // "Int", "Float" or "String"
+  std::string type;          // "Size", "Int", "Float" or "String"
   std::string defaultValue;  // as text, without quotes
   std::string doc;
   std::string range;  // "4K to 1G" for numbers, empty for strings
@@ -22,6 +23,7 @@ const std::vector<ParamInfo>& allParams();
 
 namespace params {
 using Int = int64_t;
+using Size = int64_t;  // an Int whose text may carry a K, M or G suffix
 using Float = double;
 using String = std::string;
 inline constexpr Int kGiB = Int{1} << 30;
@@ -49,31 +51,40 @@ struct Spec {
   const char* env;
   T def;
   double lo, hi;
+  bool size;  // declared Size: K, M and G suffixes accepted
 };
 namespace spec {
 #define MCCL_PARAM(id, env, ty, def, lo, hi, doc) \
-  inline constexpr Spec<DefaultOf<ty>::type> id{env, def, lo, hi};
+  inline constexpr Spec<DefaultOf<ty>::type> id{env, def, lo, hi, std::string_view(#ty) == "Size"};
 #include "util/params.def"
 #undef MCCL_PARAM
 }  // namespace spec
 
-// Throws a usage error when `value` is outside the declared range of `env`.
-void checkRange(const char* env, double value, double lo, double hi);
-// An Int setting's value from its text as the environment would hold it:
-// the default when empty, else parsed ("4M", "4194304") and range-checked.
-Int intFrom(const char* env, const std::string& text, Int def, double lo, double hi);
+// Throws a usage error when `value` is outside the declared range of `env`
+// (written with K/M/G where `size`: a Size setting's).
+void checkRange(const char* env, double value, double lo, double hi, bool size = false);
+// A Size or Int setting's value from its text as the environment would hold
+// it: the default when empty, else parsed (a Size "4M" or "4194304", an Int
+// "4194304" only) and range-checked.
+Int intFrom(const char* env, const std::string& text, Int def, double lo, double hi, bool size);
 template <typename T>
 Int intFrom(const Spec<T>& s, const std::string& text) {
-  return intFrom(s.env, text, s.def, s.lo, s.hi);
+  return intFrom(s.env, text, s.def, s.lo, s.hi, s.size);
 }
 template <typename T, typename V>
 void checkRange(const Spec<T>& s, V value) {
-  checkRange(s.env, static_cast<double>(value), s.lo, s.hi);
+  checkRange(s.env, static_cast<double>(value), s.lo, s.hi, s.size);
 }
 }  // namespace params
 
-// Parses "64K", "4M", "1G" or a plain integer; throws a usage error naming
-// `what` when the text is not a number.
+// Parses a decimal integer, optionally signed ("-1", "4194304"), with
+// nothing before or after it; throws a usage error naming `what` when the
+// text is anything else (empty, hexadecimal, spaces, a suffix) or does not
+// fit in 64 bits.
+int64_t parseInt(const std::string& text, const char* what);
+// Parses "64K", "4M", "1G" (also k/m/g and KiB/MiB/GiB) or a decimal
+// integer as parseInt does; throws a usage error naming `what` otherwise,
+// or when the product does not fit in 64 bits.
 int64_t parseSize(const std::string& text, const char* what);
 
 }  // namespace mccl
