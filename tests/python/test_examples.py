@@ -149,3 +149,105 @@ def test_matmul_reports_every_precision(tmp_path):
     assert [r["dtype"] for r in rows] == ["fp32", "tf32", "bf16"]
     assert all(r["tflops"] > 0 for r in rows)
     assert "TFLOP/s" in p.stdout
+
+
+class _FakeClock:
+    """Stands in for the `time` module of mccl.workloads.vit: sleep() and the
+    host's work (work()) advance a virtual clock, so the queue's timeline is
+    checked exactly."""
+
+    def __init__(self):
+        self.now, self.slept = 100.0, []
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, s):
+        assert s >= 0
+        self.slept.append(s)
+        self.now += s
+
+    def work(self, s):
+        self.now += s
+
+
+def test_device_queue_hides_host_work_behind_device_blocks(monkeypatch):
+    from mccl.workloads import vit
+
+    clock = _FakeClock()
+    monkeypatch.setattr(vit, "time", clock)
+    q = vit.DeviceQueue()
+    q.restart()
+    start = clock.now
+    for _ in range(4):  # the host works 5 ms on each 20 ms block: the blocks alone set the pace
+        clock.work(0.005)
+        q.run(0.020)
+    assert clock.now == pytest.approx(start + 0.080)
+    # A host 50 ms late (descheduled) finds the device idle: no wait, the
+    # next block starts from there, and the lateness is not made up twice.
+    clock.work(0.050)
+    sleeps = len(clock.slept)
+    q.run(0.020)
+    assert clock.now == pytest.approx(start + 0.130) and len(clock.slept) == sleeps
+    clock.work(0.001)
+    q.run(0.020)
+    assert clock.now == pytest.approx(start + 0.150)
+    # Host work that outlasts every block is what the step takes.
+    clock.work(0.030)
+    q.run(0.020)
+    assert clock.now == pytest.approx(start + 0.180)
+    # restart(): the device's inputs exist only now, so its next block runs
+    # a whole block's time from here.
+    clock.work(0.100)
+    q.restart()
+    clock.work(0.004)
+    q.run(0.020)
+    assert clock.now == pytest.approx(start + 0.300)
+
+
+def test_device_queue_matches_plain_sleeps_without_host_work(monkeypatch):
+    # With no host work between blocks the queue and plain sleeps agree: the
+    # emulated device time per step is the same in both modes.
+    from mccl.workloads import vit
+
+    clock = _FakeClock()
+    monkeypatch.setattr(vit, "time", clock)
+    q = vit.DeviceQueue()
+    q.restart()
+    start = clock.now
+    for s in (0.01, 0.02, 0.03):
+        q.run(s)
+    assert clock.now == pytest.approx(start + 0.06)
+    assert clock.slept == pytest.approx([0.01, 0.02, 0.03])
+
+
+def test_vit_emulate_queue_one_rank_and_ddp():
+    # --emulate-queue: one rank's step is its emulated device time plus only
+    # the host work the device cannot hide (at least the device's 200 ms, and
+    # under the plain mode's device time plus its host work); over DDP the
+    # loss is the same as without the queue (the queue changes timing only).
+    base = [sys.executable, str(VIT), "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "4",
+            "--emulate-ms", "200", "--threads", "1", "--quiet", "--optimizer", "adamw-fused"]
+    res = {}
+    for mode in ("plain", "queue"):
+        p = subprocess.run(base + (["--emulate-queue"] if mode == "queue" else []), capture_output=True,
+                           text=True, timeout=240)
+        assert p.returncode == 0, p.stderr[-2000:]
+        res[mode] = json.loads(p.stdout[p.stdout.index("RESULT ") + 7:].splitlines()[0])
+    assert res["queue"]["emulate_queue"] is True and res["plain"]["emulate_queue"] is False
+    assert res["queue"]["optimizer"] == "adamw-fused"
+    assert res["queue"]["step_s"] >= 0.200 and res["plain"]["step_s"] >= 0.200
+    assert res["queue"]["final_loss"] == pytest.approx(res["plain"]["final_loss"], rel=1e-6)
+    ddp = []
+    for extra in ([], ["--emulate-queue"]):
+        r = run(base + ["--bucket-mb", "0.01"] + extra, 3, timeout=240, env={"OMP_NUM_THREADS": "1"})
+        out = r[0].output
+        ddp.append(json.loads(out[out.index("RESULT ") + 7:].splitlines()[0]))
+    assert ddp[1]["emulate_queue"] and ddp[1]["step_s"] >= 0.200
+    assert ddp[1]["final_loss"] == pytest.approx(ddp[0]["final_loss"], rel=1e-5)
+
+
+def test_vit_emulate_queue_needs_device_time():
+    p = subprocess.run([sys.executable, str(VIT), "--preset", "tiny", "--steps", "1", "--emulate-queue"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--emulate-queue: give the device's time with --emulate-ms" in p.stderr

@@ -159,12 +159,16 @@ def test_scaling_bench_feeds_the_plan(tmp_path):
 
 def test_scaling_with_emulated_device_time(tmp_path):
     # --emulate-ms adds sleeps in forward and backward: the step takes at
-    # least that long; DDP buckets are set by --bucket-mb (recorded).
+    # least that long; DDP buckets are set by --bucket-mb, the queued device
+    # and the optimizer by their flags (all recorded, per run too).
     out, _, _ = scaling(tmp_path, "--ns", "1,2", "--backends", "mccl", "--preset", "tiny", "--steps", "2",
-                        "--warmup", "1", "--batch", "2", "--emulate-ms", "60", "--bucket-mb", "0.01")
+                        "--warmup", "1", "--batch", "2", "--emulate-ms", "60", "--bucket-mb", "0.01",
+                        "--emulate-queue", "--optimizer", "adamw-fused")
     assert out["emulate_ms"] == 60 and out["bucket_mb"] == 0.01
+    assert out["emulate_queue"] is True and out["optimizer"] == "adamw-fused"
     for r in out["runs"]:
         assert r["step_s"] >= 0.060 and r["emulate_ms"] == 60, r
+        assert r["emulate_queue"] is True and r["optimizer"] == "adamw-fused", r
     assert out["runs"][1]["bucket_mb"] == 0.01
 
 
@@ -266,9 +270,13 @@ def test_scaling_report_medians_over_repeats(tmp_path):
     files = [_scaling_file(0.4, {2: 0.5, 4: 0.8}, {2: 0.4, 4: 1.0}),
              _scaling_file(0.4, {2: 0.45, 4: 0.5}, {2: 0.5, 4: 1.0}),
              _scaling_file(0.4, {2: 0.42}, {2: 0.84}),
-             _scaling_file(0.4, {2: 1.0}, {2: 1.0}, fsdp=True)]  # another workload: its own group
+             _scaling_file(0.4, {2: 1.0}, {2: 1.0}, fsdp=True),  # another workload: its own group
+             _scaling_file(0.4, {2: 0.8}, {2: 0.8}, emulate_queue=True, optimizer="adamw-fused")]  # and another
     rows = scaling_report.summarize(files)
-    ddp = {(r["world"], r["backend"]): r for r in rows if r["workload"].startswith("DDP 2 MB")}
+    queued = [r for r in rows if "(queued), adamw-fused" in r["workload"]]
+    assert len(queued) == 2 and all(r["repeats"] == 1 and r["efficiency"] == pytest.approx(0.5) for r in queued)
+    ddp = {(r["world"], r["backend"]): r for r in rows
+           if r["workload"].startswith("DDP 2 MB") and "queued" not in r["workload"]}
     fsdp = [r for r in rows if r["workload"].startswith("FSDP2")]
     assert len(fsdp) == 2 and all(r["repeats"] == 1 and r["efficiency"] == pytest.approx(0.4) for r in fsdp)
     m2, g2, m4 = ddp[(2, "mccl")], ddp[(2, "gloo")], ddp[(4, "mccl")]

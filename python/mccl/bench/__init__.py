@@ -100,6 +100,11 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--bf16", action="store_true")
     sc.add_argument("--emulate-ms", type=float, default=0.0,
                     help="emulated device time per step (see python -m mccl.workloads.vit --help)")
+    sc.add_argument("--emulate-queue", action="store_true",
+                    help="the emulated device runs its blocks back to back, the host's work overlapped "
+                         "(see python -m mccl.workloads.vit --help)")
+    sc.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused"],
+                    help="the workload's optimizer (see python -m mccl.workloads.vit --help)")
     sc.add_argument("--bucket-mb", type=float, default=0.0, help="DDP bucket size (0: the workload's 25)")
     sc.add_argument("--fsdp", action="store_true", help="FSDP2 (all-gather + reduce-scatter) instead of DDP")
     sc.add_argument("--trace-buckets", action="store_true",

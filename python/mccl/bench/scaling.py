@@ -31,6 +31,10 @@ def run(args) -> dict:
         base.append("--bf16")
     if args.emulate_ms:
         base += ["--emulate-ms", str(args.emulate_ms)]
+    if args.emulate_queue:
+        base.append("--emulate-queue")
+    if args.optimizer != "adamw":
+        base += ["--optimizer", args.optimizer]
     if args.bucket_mb:
         base += ["--bucket-mb", str(args.bucket_mb)]
     if args.fsdp:
@@ -51,6 +55,8 @@ def run(args) -> dict:
     print(f"# mccl-bench scaling: ViT preset {args.preset}, batch {args.batch}/rank, {args.steps} timed steps, "
           f"device {args.device}{', network lab ' + args.netlab if args.netlab else ', local ranks'}"
           f"{f', {args.emulate_ms:g} ms emulated device time per step' if args.emulate_ms else ''}"
+          f"{' (queued: host work overlapped)' if args.emulate_queue else ''}"
+          f"{', fused AdamW' if args.optimizer == 'adamw-fused' else ''}"
           f"{', FSDP2 (no hidden share: its all-gathers cannot be skipped)' if args.fsdp else ', DDP'}", flush=True)
     print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'hidden':>7}"
           + (f" {'tail (ms)':>10} {'over floor':>10} {'skew':>6}" if tail else ""), flush=True)
@@ -79,7 +85,9 @@ def run(args) -> dict:
                   f"{eff:>11} {hidden:>7}" + (f" {tail_ms:>10} {over:>10} {skew:>6}" if tail else ""),
                   flush=True)
     out = {"preset": args.preset, "batch_per_rank": args.batch, "device": args.device,
-           "emulate_ms": args.emulate_ms, "bucket_mb": args.bucket_mb, "fsdp": bool(args.fsdp),
+           "emulate_ms": args.emulate_ms, "emulate_queue": bool(args.emulate_queue),
+           "optimizer": args.optimizer, "bucket_mb": args.bucket_mb,
+           "fsdp": bool(args.fsdp),
            "netlab": args.netlab, "runs": runs}
     if args.json:
         with open(args.json, "w") as f:

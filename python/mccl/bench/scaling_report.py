@@ -14,6 +14,10 @@ def label(run_file: dict) -> str:
     """What identifies a workload: the settings a repeat must share."""
     mode = "FSDP2" if run_file.get("fsdp") else f"DDP {run_file.get('bucket_mb') or 25:g} MB buckets"
     emu = f", {run_file['emulate_ms']:g} ms emulated" if run_file.get("emulate_ms") else ""
+    if emu and run_file.get("emulate_queue"):
+        emu += " (queued)"
+    if run_file.get("optimizer", "adamw") != "adamw":
+        emu += f", {run_file['optimizer']}"
     where = f", lab {run_file['netlab']}" if run_file.get("netlab") else ", local ranks"
     return (f"{mode}, ViT {run_file.get('preset')}, batch {run_file.get('batch_per_rank')}/rank"
             f"{emu}, {run_file.get('device', 'cpu')}{where}")
