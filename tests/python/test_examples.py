@@ -247,7 +247,38 @@ def test_vit_emulate_queue_one_rank_and_ddp():
     assert ddp[1]["final_loss"] == pytest.approx(ddp[0]["final_loss"], rel=1e-5)
 
 
-def test_vit_emulate_queue_needs_device_time():
-    p = subprocess.run([sys.executable, str(VIT), "--preset", "tiny", "--steps", "1", "--emulate-queue"],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "--emulate-queue: give the device's time with --emulate-ms" in p.stderr
+def test_vit_emulate_queue_is_refused_without_device_time_or_with_fsdp():
+    for extra, words in ((["--emulate-queue"], "--emulate-queue: give the device's time with --emulate-ms"),
+                         (["--emulate-queue", "--emulate-ms", "10", "--fsdp"], "--emulate-queue models DDP's step")):
+        p = subprocess.run([sys.executable, str(VIT), "--preset", "tiny", "--steps", "1", *extra],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and words in p.stderr, p.stderr
+
+
+def test_vit_drives_the_device_queue_block_by_block(monkeypatch):
+    # How the workload uses the queue: every block's forward and backward
+    # time goes through run() (a third and two thirds of the block's share),
+    # and the device restarts once per step, after backward (the gradients
+    # are synchronised), and once after the barrier before the timed steps.
+    from mccl.workloads import vit
+
+    calls = []
+
+    class Recording(vit.DeviceQueue):
+        def run(self, s):
+            calls.append(("run", round(s, 6)))
+            super().run(s)
+
+        def restart(self):
+            calls.append(("restart",))
+            super().restart()
+
+    monkeypatch.setattr(vit, "DeviceQueue", Recording)
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert vit.main(["--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "2", "--emulate-ms", "30",
+                     "--emulate-queue", "--threads", "1", "--quiet"]) == 0
+    depth = vit.PRESETS["tiny"][1]
+    fwd, bwd = round(0.030 / depth / 3, 6), round(2 * 0.030 / depth / 3, 6)
+    step = [("run", fwd)] * depth + [("run", bwd)] * depth + [("restart",)]
+    assert calls == step + [("restart",)] + 3 * step, calls

@@ -64,7 +64,7 @@ else:
     # Counts and times are plain decimal integers: no size suffix, no hex
     # or octal, no sign or space before; sizes take K/M/G but must fit.
     ("MCCL_KEEPALIVE_S", "1K", ["MCCL_KEEPALIVE_S=1K", "not a whole number", "without a suffix"]),
-    ("MCCL_HANDSHAKE_TIMEOUT_MS", "0x10", ["MCCL_HANDSHAKE_TIMEOUT_MS=0x10", "not a whole number"]),
+    ("MCCL_HANDSHAKE_TIMEOUT_MS", "0x10", ["MCCL_HANDSHAKE_TIMEOUT_MS=0x10 is not a decimal number"]),
     ("MCCL_CALLBACK_DEADLINE_MS", "+5", ["MCCL_CALLBACK_DEADLINE_MS=+5", "not a number"]),
     ("MCCL_CHUNK_BYTES", " 4M", ["MCCL_CHUNK_BYTES= 4M", "not a number"]),
     ("MCCL_CHUNK_BYTES", "010", ["MCCL_CHUNK_BYTES=10 is out of range"]),  # decimal ten, not octal eight
@@ -72,6 +72,9 @@ else:
     ("MCCL_SMALL_BYTES", "99999999999999999999", ["MCCL_SMALL_BYTES=99999999999999999999",
                                                   "does not fit in 64 bits"]),
     ("MCCL_ALPHA_US", " 5", ["MCCL_ALPHA_US= 5", "not a number"]),
+    ("MCCL_ALPHA_US", "0x10", ["MCCL_ALPHA_US=0x10", "not a number"]),
+    ("MCCL_CHUNK_BYTES", "0x10", ["MCCL_CHUNK_BYTES=0x10 is not a decimal number"]),
+    ("MCCL_REDUCE_THREADS", "-9223372036854775808", ["MCCL_REDUCE_THREADS=-9223372036854775808 is out of range"]),
     ("MCCL_LOG_LEVEL", "verbose-please", ["MCCL_LOG_LEVEL=verbose-please", "ERROR, WARN, INFO, DEBUG, TRACE"]),
     ("MCCL_PORT_RANGE", "1000abc-2000", ["MCCL_PORT_RANGE=1000abc-2000", "LOW-HIGH"]),
     ("MCCL_WIRE_SECURITY", "yes", ["MCCL_WIRE_SECURITY=yes", "off, integrity, encrypt"]),
@@ -89,3 +92,15 @@ def test_out_of_range_setting_is_refused_by_name(var, value, words):
     assert "REFUSED:" in out.stdout, out.stdout + out.stderr
     for w in words:
         assert w in out.stdout, (w, out.stdout)
+
+
+def test_size_and_int_settings_parse_as_documented():
+    # The parser the groups use, through the binding that reads a run's
+    # recorded settings: a Size takes K/M/G/T suffixes, an Int does not.
+    from mccl import _C
+    assert _C.piece_settings({"MCCL_PIECE_BYTES": "1T"}) == (1 << 40, 2)
+    assert _C.piece_settings({"MCCL_PIECE_BYTES": "4MiB", "MCCL_INFLIGHT_OPS": "3"}) == (4 << 20, 3)
+    with pytest.raises(RuntimeError, match="MCCL_INFLIGHT_OPS=2K is not a whole number"):
+        _C.piece_settings({"MCCL_INFLIGHT_OPS": "2K"})
+    with pytest.raises(RuntimeError, match="does not fit in 64 bits"):
+        _C.piece_settings({"MCCL_PIECE_BYTES": "9223372036854775808"})

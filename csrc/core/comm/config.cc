@@ -42,6 +42,9 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   c.wireDtype = params::wireDtype();
   c.wireDtypeMinBytes = static_cast<size_t>(params::wireDtypeMinBytes());
   c.wireReduce = params::wireReduce();
+  // The process's reduction helpers read MCCL_REDUCE_THREADS at the first
+  // reduction; parsed here too, so a malformed value fails at init.
+  (void)params::reduceThreads();
   c.validate();
   return c;
 }

@@ -1,6 +1,5 @@
 #include "util/params.h"
 
-#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -12,7 +11,9 @@ namespace mccl {
 namespace {
 // A bound or value as the setting accepts it: a Size's "4096" as "4K".
 std::string bound(double v, bool size) {
-  if (size && v >= 1024 && v == static_cast<double>(static_cast<int64_t>(v))) {
+  const bool integral = v >= -9223372036854775808.0 && v < 9223372036854775808.0 &&
+                        v == static_cast<double>(static_cast<int64_t>(v));
+  if (size && v >= 1024 && integral) {
     auto i = static_cast<int64_t>(v);
     const char* suffix[] = {"K", "M", "G", "T"};
     int k = -1;
@@ -22,7 +23,7 @@ std::string bound(double v, bool size) {
     }
     if (k >= 0) return strCat(i, suffix[k]);
   }
-  if (std::abs(v) < 1e15 && v == static_cast<double>(static_cast<int64_t>(v))) {
+  if (integral) {
     return strCat(static_cast<int64_t>(v));
   }
   return strCat(v);
@@ -56,17 +57,26 @@ namespace {
 // `*end` is where it stops. Throws when there is none or it overflows.
 int64_t leadingInt(const std::string& text, const char* what, size_t* end) {
   MCCL_USAGE_CHECK(!text.empty(), what, ": empty value");
-  size_t i = text[0] == '-' ? 1 : 0;
+  const bool negative = text[0] == '-';
+  size_t i = negative ? 1 : 0;
   const size_t first = i;
+  // Accumulated as a negative number, whose range reaches INT64_MIN.
   int64_t value = 0;
   for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
     const int digit = text[i] - '0';
-    MCCL_USAGE_CHECK(value <= (INT64_MAX - digit) / 10, what, "=", text, " does not fit in 64 bits");
-    value = value * 10 + digit;
+    MCCL_USAGE_CHECK(value >= (INT64_MIN + digit) / 10, what, "=", text, " does not fit in 64 bits");
+    value = value * 10 - digit;
   }
   if (i == first) throwError(ErrorKind::kUsage, what, "=", text, " is not a number");
+  if (i < text.size() && (text[i] == 'x' || text[i] == 'X')) {
+    throwError(ErrorKind::kUsage, what, "=", text, " is not a decimal number");
+  }
+  if (!negative) {
+    MCCL_USAGE_CHECK(value != INT64_MIN, what, "=", text, " does not fit in 64 bits");
+    value = -value;
+  }
   *end = i;
-  return first == 1 ? -value : value;
+  return value;
 }
 }  // namespace
 
@@ -86,8 +96,9 @@ int64_t parseSize(const std::string& text, const char* what) {
   if (suffix == "K" || suffix == "k" || suffix == "KiB") scale = int64_t{1} << 10;
   else if (suffix == "M" || suffix == "m" || suffix == "MiB") scale = int64_t{1} << 20;
   else if (suffix == "G" || suffix == "g" || suffix == "GiB") scale = int64_t{1} << 30;
+  else if (suffix == "T" || suffix == "t" || suffix == "TiB") scale = int64_t{1} << 40;
   else MCCL_USAGE_CHECK(suffix.empty(), what, "=", text,
-                        " has an unknown suffix (use K, M or G)");
+                        " has an unknown suffix (use K, M, G or T)");
   MCCL_USAGE_CHECK(value >= INT64_MIN / scale && value <= INT64_MAX / scale, what, "=", text,
                    " does not fit in 64 bits");
   return value * scale;
@@ -114,8 +125,10 @@ Float readFloat(const char* env, Float def, double lo, double hi) {
   if (v == nullptr || *v == '\0') return def;
   char* end = nullptr;
   double d = std::strtod(v, &end);
-  MCCL_USAGE_CHECK(end != v && *end == '\0' && !std::isspace(static_cast<unsigned char>(*v)), env, "=", v,
-                   " is not a number");
+  // strtod also takes spaces, '+', hexadecimal, "inf" and "nan": none is a setting's number.
+  const std::string text(v);
+  const bool plain = text.find_first_not_of("0123456789.-eE") == std::string::npos;
+  MCCL_USAGE_CHECK(plain && end != v && *end == '\0', env, "=", v, " is not a number");
   checkRange(env, d, lo, hi);
   return d;
 }

@@ -23,7 +23,7 @@ const std::vector<ParamInfo>& allParams();
 
 namespace params {
 using Int = int64_t;
-using Size = int64_t;  // an Int whose text may carry a K, M or G suffix
+using Size = int64_t;  // an Int whose text may carry a K, M, G or T suffix
 using Float = double;
 using String = std::string;
 inline constexpr Int kGiB = Int{1} << 30;
@@ -82,7 +82,7 @@ void checkRange(const Spec<T>& s, V value) {
 // text is anything else (empty, hexadecimal, spaces, a suffix) or does not
 // fit in 64 bits.
 int64_t parseInt(const std::string& text, const char* what);
-// Parses "64K", "4M", "1G" (also k/m/g and KiB/MiB/GiB) or a decimal
+// Parses "64K", "4M", "1G", "1T" (also k/m/g/t and KiB/MiB/GiB/TiB) or a decimal
 // integer as parseInt does; throws a usage error naming `what` otherwise,
 // or when the product does not fit in 64 bits.
 int64_t parseSize(const std::string& text, const char* what);

@@ -102,9 +102,17 @@ class DeviceQueue:
 
     `restart()` says the device's next block can start no earlier than now:
     its inputs exist only now (the step's gradients were just synchronised,
-    or the host waited for everyone). `run(s)` is a block of s seconds: it
-    starts where the previous block ended, or now if the host came later
-    than that (the device idled), and returns when it ends."""
+    or the host waited for everyone). `run(s)`, called when the host has
+    done its work for a block, is that block of s seconds: the device began
+    it where the previous block ended, so it ends s later, and `run` sleeps
+    until then; a host that comes after that finds it done and goes on at
+    once (the device idled for the difference).
+
+    The host's work after the last block of backward (the first transformer
+    block's and the embedding's gradients) is not hidden: a fixed cost per
+    step, the same at every world size. DDP only: FSDP's waits for its
+    all-gathers inside forward and backward would be hidden too, as if every
+    prefetch were perfect, so the workload refuses the two together."""
 
     def __init__(self):
         self.t: float | None = None  # when the device's latest block ends (or its next may start)
@@ -234,7 +242,12 @@ def parse(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="initial weights and data")
     ap.add_argument("--loss-curve", action="store_true",
                     help="record every timed step's loss, averaged over the ranks (one extra all-reduce)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.emulate_queue and not args.emulate_ms:
+        ap.error("--emulate-queue: give the device's time with --emulate-ms")
+    if args.emulate_queue and args.fsdp:
+        ap.error("--emulate-queue models DDP's step: with --fsdp it would hide the waits for the all-gathers")
+    return args
 
 
 def main(argv=None) -> int:
@@ -261,8 +274,6 @@ def main(argv=None) -> int:
     model = build(args.preset).to(dev)
     model.emulate_s = args.emulate_ms / 1000.0
     if args.emulate_queue:
-        if not args.emulate_ms:
-            raise SystemExit("--emulate-queue: give the device's time with --emulate-ms")
         model.queue = DeviceQueue()
     nparams = sum(p.numel() for p in model.parameters())
     if rank == 0:
