@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import needs_cpu_fsdp2
+from mccl.bench.scaling import _result  # the workload's RESULT line, parsed as the bench does
 from mccl.launch import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ def test_vit_trains_over_mccl_and_reports_overlap():
     res = run([sys.executable, str(VIT), "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "8",
                "--measure-overlap", "--threads", "1", "--quiet"], 2, timeout=240, env={"OMP_NUM_THREADS": "1"})
     out = res[0].output
-    result = json.loads(out[out.index("RESULT ") + 7:].splitlines()[0])
+    result = _result(out)
     assert result["world"] == 2 and result["backend"] == "mccl"
     assert result["samples_per_s"] > 0 and math.isfinite(result["final_loss"])
     assert 0.0 <= result["hidden_share"] <= 1.0
@@ -81,7 +82,7 @@ def test_vit_trains_with_fsdp_like_gloo():
                    "--fsdp", "--backend", backend, "--threads", "1", "--quiet"], 3, timeout=240,
                   env={"OMP_NUM_THREADS": "1"})
         out = res[0].output
-        result = json.loads(out[out.index("RESULT ") + 7:].splitlines()[0])
+        result = _result(out)
         assert result["fsdp"] is True and result["world"] == 3 and "hidden_share" not in result
         losses[backend] = result["final_loss"]
     assert math.isfinite(losses["mccl"])
@@ -99,7 +100,7 @@ def test_vit_traces_ddp_buckets():
     for extra in ([], ["--trace-buckets", "--link-gbit", "100"]):
         res = run(base + extra, 3, timeout=240, env={"OMP_NUM_THREADS": "1"})
         out = res[0].output
-        results.append(json.loads(out[out.index("RESULT ") + 7:].splitlines()[0]))
+        results.append(_result(out))
     plain, traced = results
     assert "bucket_trace" not in plain
     assert abs(traced["final_loss"] - plain["final_loss"]) <= 1e-5 * max(1.0, abs(plain["final_loss"]))
@@ -171,13 +172,20 @@ class _FakeClock:
         self.now += s
 
 
-def test_device_queue_hides_host_work_behind_device_blocks(monkeypatch):
+@pytest.fixture
+def fake_clock_queue(monkeypatch):
+    """A DeviceQueue on a _FakeClock, restarted at the clock's start."""
     from mccl.workloads import vit
 
     clock = _FakeClock()
     monkeypatch.setattr(vit, "time", clock)
     q = vit.DeviceQueue()
     q.restart()
+    return clock, q
+
+
+def test_device_queue_hides_host_work_behind_device_blocks(fake_clock_queue):
+    clock, q = fake_clock_queue
     start = clock.now
     for _ in range(4):  # the host works 5 ms on each 20 ms block: the blocks alone set the pace
         clock.work(0.005)
@@ -205,15 +213,10 @@ def test_device_queue_hides_host_work_behind_device_blocks(monkeypatch):
     assert clock.now == pytest.approx(start + 0.300)
 
 
-def test_device_queue_matches_plain_sleeps_without_host_work(monkeypatch):
+def test_device_queue_matches_plain_sleeps_without_host_work(fake_clock_queue):
     # With no host work between blocks the queue and plain sleeps agree: the
     # emulated device time per step is the same in both modes.
-    from mccl.workloads import vit
-
-    clock = _FakeClock()
-    monkeypatch.setattr(vit, "time", clock)
-    q = vit.DeviceQueue()
-    q.restart()
+    clock, q = fake_clock_queue
     start = clock.now
     for s in (0.01, 0.02, 0.03):
         q.run(s)
@@ -222,10 +225,10 @@ def test_device_queue_matches_plain_sleeps_without_host_work(monkeypatch):
 
 
 def test_vit_emulate_queue_one_rank_and_ddp():
-    # --emulate-queue: one rank's step is its emulated device time plus only
-    # the host work the device cannot hide (at least the device's 200 ms, and
-    # under the plain mode's device time plus its host work); over DDP the
-    # loss is the same as without the queue (the queue changes timing only).
+    # --emulate-queue: one rank's step still takes at least the device's
+    # 200 ms, and the flags are recorded; over DDP the loss is the same as
+    # without the queue (the queue changes timing only; how much host work it
+    # hides is checked on the virtual clock above, not timed here).
     base = [sys.executable, str(VIT), "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "4",
             "--emulate-ms", "200", "--threads", "1", "--quiet", "--optimizer", "adamw-fused"]
     res = {}
@@ -233,7 +236,7 @@ def test_vit_emulate_queue_one_rank_and_ddp():
         p = subprocess.run(base + (["--emulate-queue"] if mode == "queue" else []), capture_output=True,
                            text=True, timeout=240)
         assert p.returncode == 0, p.stderr[-2000:]
-        res[mode] = json.loads(p.stdout[p.stdout.index("RESULT ") + 7:].splitlines()[0])
+        res[mode] = _result(p.stdout)
     assert res["queue"]["emulate_queue"] is True and res["plain"]["emulate_queue"] is False
     assert res["queue"]["optimizer"] == "adamw-fused"
     assert res["queue"]["step_s"] >= 0.200 and res["plain"]["step_s"] >= 0.200
@@ -242,7 +245,7 @@ def test_vit_emulate_queue_one_rank_and_ddp():
     for extra in ([], ["--emulate-queue"]):
         r = run(base + ["--bucket-mb", "0.01"] + extra, 3, timeout=240, env={"OMP_NUM_THREADS": "1"})
         out = r[0].output
-        ddp.append(json.loads(out[out.index("RESULT ") + 7:].splitlines()[0]))
+        ddp.append(_result(out))
     assert ddp[1]["emulate_queue"] and ddp[1]["step_s"] >= 0.200
     assert ddp[1]["final_loss"] == pytest.approx(ddp[0]["final_loss"], rel=1e-5)
 
