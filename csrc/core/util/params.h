@@ -51,7 +51,7 @@ struct Spec {
   const char* env;
   T def;
   double lo, hi;
-  bool size;  // declared Size: K, M and G suffixes accepted
+  bool size;  // declared Size: K, M, G and T suffixes accepted
 };
 namespace spec {
 #define MCCL_PARAM(id, env, ty, def, lo, hi, doc) \
@@ -61,7 +61,7 @@ namespace spec {
 }  // namespace spec
 
 // Throws a usage error when `value` is outside the declared range of `env`
-// (written with K/M/G where `size`: a Size setting's).
+// (written with K/M/G/T where `size`: a Size setting's).
 void checkRange(const char* env, double value, double lo, double hi, bool size = false);
 // A Size or Int setting's value from its text as the environment would hold
 // it: the default when empty, else parsed (a Size "4M" or "4194304", an Int
