@@ -26,6 +26,7 @@ import os
 import sys
 
 from .common import OPS, parse_size, sizes
+from ..workloads import OPTIMIZERS
 
 
 def _positive_float(text: str) -> float:
@@ -103,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--emulate-queue", action="store_true",
                     help="the emulated device runs its blocks back to back, the host's work overlapped "
                          "(see python -m mccl.workloads.vit --help)")
-    sc.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused"],
+    sc.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
                     help="the workload's optimizer (see python -m mccl.workloads.vit --help)")
     sc.add_argument("--bucket-mb", type=float, default=0.0, help="DDP bucket size (0: the workload's 25)")
     sc.add_argument("--fsdp", action="store_true", help="FSDP2 (all-gather + reduce-scatter) instead of DDP")

@@ -34,6 +34,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import OPTIMIZERS
+
 PRESETS = {
     # name: (width, depth, mlp, heads, patch, image, classes)
     "vit-113m": (768, 16, 3072, 12, 4, 32, 10),
@@ -212,7 +214,7 @@ def parse(argv=None):
     ap.add_argument("--fsdp", action="store_true",
                     help="shard the model with FSDP2 (fully_shard per block) instead of DDP")
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused"],
+    ap.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
                     help="AdamW one tensor at a time (torch's default off CUDA) or fused (fused=True: one "
                          "kernel for all parameters, about a third of the CPU time on a CPU host)")
     ap.add_argument("--measure-overlap", action="store_true",
