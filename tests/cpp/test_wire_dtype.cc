@@ -329,6 +329,20 @@ TEST(WireDtype, SettingIsParsedStrictly) {
   EXPECT_EQ(g.wireDtypeMinBytes, 65536u);
   EXPECT_THROW(g.applySetting("MCCL_WIRE_DTYPE", "bf8"), Error);
   EXPECT_THROW(g.applySetting("MCCL_WIRE_DTYPE_MIN_BYTES", "lots"), Error);
+  // The error names the argument as the caller gave it, and why.
+  for (const auto& [value, why] : std::vector<std::pair<std::string, std::string>>{
+           {"", "empty"}, {"12x", "not a decimal number"}, {"-1", "out of range"}}) {
+    try {
+      g.applySetting("MCCL_WIRE_DTYPE_MIN_BYTES", value);
+      ADD_FAILURE() << "wire_dtype_min_bytes '" << value << "' was accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("mccl.Options: wire_dtype_min_bytes '" + value + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find(why), std::string::npos) << m;
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << m;
+    }
+  }
+  EXPECT_EQ(g.wireDtypeMinBytes, 65536u);  // unchanged by the refusals
   EXPECT_THROW(g.applySetting("MCCL_CHUNK_BYTES", "1M"), Error);
   g.applySetting("MCCL_WIRE_REDUCE", "pairwise");
   EXPECT_EQ(g.wireReduce, "pairwise");

@@ -107,9 +107,13 @@ void CommConfig::applySetting(const std::string& env, const std::string& value) 
                      value, "' is not one of ring, pairwise, auto");
     wireReduce = value;
   } else if (env == spec::wireDtypeMinBytes.env) {
-    const int64_t v = parseSize(value, spec::wireDtypeMinBytes.env);
-    params::checkRange(spec::wireDtypeMinBytes, v);
-    wireDtypeMinBytes = static_cast<size_t>(v);
+    try {
+      const int64_t v = parseSize(value, spec::wireDtypeMinBytes.env);
+      params::checkRange(spec::wireDtypeMinBytes, v);
+      wireDtypeMinBytes = static_cast<size_t>(v);
+    } catch (const Error& e) {  // name the argument the caller gave, not only the variable
+      throwError(e.kind(), "mccl.Options: wire_dtype_min_bytes '", value, "': ", e.what());
+    }
   } else {
     throwError(ErrorKind::kUsage, "mccl.Options: ", env, " is not a setting a group may choose for itself");
   }
