@@ -1,8 +1,8 @@
 """Run N local ranks of a script, like ``torchrun --standalone``, with a deadline.
 
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT, and OMP_NUM_THREADS (this machine's cores shared among the ranks)
-unless it is set already. If any rank fails, or the deadline passes, every other rank (and
+MASTER_PORT, and with several ranks OMP_NUM_THREADS (this machine's cores
+shared among them) unless it is set already. If any rank fails, or the deadline passes, every other rank (and
 its children) is killed and the failure is reported with each rank's output.
 Tests, benchmarks and the examples use this; on several machines use torchrun.
 
@@ -104,7 +104,8 @@ def run(
     ``wrap(rank)`` gives an argv prefix for a rank (e.g. ``ip netns exec
     HOST`` to run it on a network-lab host) and ``rank_env(rank)`` extra
     environment for it. OMP_NUM_THREADS, unless set in this process's
-    environment or `env`, is threads_per_rank(nproc).
+    environment or `env` (or empty), is threads_per_rank(nproc) when there
+    are several ranks (torchrun sets it for several ranks only, too).
     """
     expected = dict(expect_exit or {})
     port = master_port or free_port()
@@ -112,7 +113,8 @@ def run(
     logs = []
     base = dict(os.environ)
     base.update(env or {})
-    base.setdefault("OMP_NUM_THREADS", str(threads_per_rank(nproc)))
+    if nproc > 1 and not base.get("OMP_NUM_THREADS"):
+        base["OMP_NUM_THREADS"] = str(threads_per_rank(nproc))
     for rank in range(nproc):
         e = dict(base)
         e.update(
@@ -214,7 +216,9 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("script", help="Python script to run")
     ap.add_argument("script_args", nargs=argparse.REMAINDER)
     a = ap.parse_args(args)
-    if "OMP_NUM_THREADS" not in os.environ:
+    if a.nproc < 1:
+        ap.error(f"--nproc must be at least 1, not {a.nproc}")
+    if a.nproc > 1 and not os.environ.get("OMP_NUM_THREADS"):
         print(f"mccl.launch: OMP_NUM_THREADS={threads_per_rank(a.nproc)} for each of {a.nproc} ranks "
               f"(this machine's cores shared; set OMP_NUM_THREADS to choose)", file=sys.stderr)
     try:
