@@ -514,6 +514,36 @@ def test_a_member_past_the_join_barrier_is_not_left_out(tmp_path):
         del master
 
 
+def test_rank0_past_the_join_barrier_recovers_with_the_others_at_once(tmp_path):
+    # The same failure with the roles swapped: the member that passed the
+    # old group's barrier (it skips it) is rank 0, which opens the join
+    # generation's group. The second member fails the barrier (the third
+    # died in it) and recovers the old generation. Rank 0 must see that
+    # before it opens the new group, and recover with them at once: before,
+    # it and the joiner waited out the rendezvous's 60 s timeout, and the
+    # join took longer than that.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    m = Membership(_client(port), "test")
+    try:
+        for k, extra in enumerate([["--in-join-barrier", "skip"], [], ["--in-join-barrier", "die"]]):
+            fleet.start(initial=3, extra=extra)
+            fleet.wait_for(f"request {k + 1}", lambda: m.requests() >= k + 1)
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
+        joiner = fleet.start()
+        # Well inside the 60 s that the members' rendezvous would wait.
+        fleet.wait_for("3 members again", lambda: "COMMIT" in fleet.text(joiner) and fleet.latest_world() == 3, 40)
+        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the join barrier" in fleet.text(2)
+        assert "SKIPPING the join barrier" in fleet.text(0)
+        stop = max(fleet.commits()) + 8
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        ends_as_replayed(fleet, tmp_path, [0, 1, joiner], stop)
+        assert "EXCLUDED" not in fleet.text(0)
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_job_breathes_on_the_network_lab(tmp_path):
     # The same story with every member on its own host of a 6-host lab
     # (1 Gbit/s links), the store on host 0, as a studio would run it.

@@ -186,11 +186,13 @@ class Job:
         for s in signals:
             signal.signal(s, handler)
 
-    def _init_group(self, n: int, rec: dict) -> None:
+    def _init_group(self, n: int, rec: dict, after: int | None = None) -> None:
         """This process's group of generation n. The generation is this
         process's from here on, formed or not: a group that fails to form
         (a member died before its rendezvous) is recovered like one that
-        failed later, among the members its record lists."""
+        failed later, among the members its record lists. `after`: the
+        generation whose step boundary led here (a join), which members
+        that failed at that boundary are recovering instead."""
         rank = rec["members"].index(self.id)
         self.generation, self.record, self._formed = n, rec, False
         # A failed init_process_group leaves torch's group counter raised,
@@ -200,23 +202,41 @@ class Job:
         world_state = getattr(dist.distributed_c10d, "_world", None)
         if not dist.is_initialized() and hasattr(world_state, "group_count"):
             world_state.group_count = 0
-        self._meet_rank0(n, rank)
+        self._meet_rank0(n, rank, len(rec["members"]), after)
         store = dist.PrefixStore(f"pg/{n}/", self.members.store)
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=len(rec["members"]),
                                 timeout=self.timeout)
         self._formed = True
 
-    def _meet_rank0(self, n: int, rank: int) -> None:
-        """Generation n's rank 0 opens its group (pg/<n>/open) just before its
-        rendezvous; the others wait for that, or for a member that checked in
-        to recover generation n (its rank 0 found it cannot form, e.g. a
-        member it lists died first): then they recover it too, at once,
-        instead of waiting out the rendezvous's timeout for a rank 0 that
-        will never come."""
+    def _meet_rank0(self, n: int, rank: int, world: int, after: int | None) -> None:
+        """Generation n's members meet before its rendezvous. Each other
+        member says it is here (pg/<n>/here/<rank>) and waits for rank 0 to
+        open the group (pg/<n>/open), or for a member that checked in to
+        recover generation n (its rank 0 found it cannot form, e.g. a member
+        it lists died first): then it recovers it too, at once, instead of
+        waiting out the rendezvous's timeout for a rank 0 that will never
+        come. Rank 0 opens once every member is here; it recovers instead
+        when a member checks in to recover generation n, or generation
+        `after`: members for which the boundary that wrote n failed (rank 0
+        had passed its barrier), who will not come."""
         m = self.members
         if rank == 0:
+            watch = [f"rec/{n}/alive"] + ([f"rec/{after}/alive"] if after is not None else [])
+            here = [f"pg/{n}/here/{r}" for r in range(1, world)]
+            end = time.monotonic() + self.timeout.total_seconds()
+            while here and not m.store.check(here):
+                for key in watch:
+                    if m.has(key):
+                        raise _Regroup(f"mccl.elastic: members are recovering generation {key.split('/')[1]} "
+                                       f"while generation {n} forms")
+                if time.monotonic() >= end:
+                    missing = [k.rsplit("/", 1)[1] for k in here if not m.has(k)]
+                    raise _Regroup(f"mccl.elastic: generation {n}'s ranks {', '.join(missing)} did not come to "
+                                   f"its rendezvous within {self.timeout.total_seconds():g} s")
+                time.sleep(0.005)
             m.store.set(f"pg/{n}/open", "1")
             return
+        m.store.set(f"pg/{n}/here/{rank}", "1")
         end = time.monotonic() + self.timeout.total_seconds()
         while not m.has(f"pg/{n}/open"):
             if m.has(f"rec/{n}/alive"):
@@ -482,7 +502,7 @@ class Job:
         t1 = time.monotonic()
         dist.destroy_process_group()
         t2 = time.monotonic()
-        self._init_group(n + 1, nxt)
+        self._init_group(n + 1, nxt, after=n)
         t3 = time.monotonic()
         # Members hold the state already: they relay it (DDP) or reshard it.
         sent = state.rebuild(full) if state.sharded else self._sync(state, src=0, load=False)
