@@ -483,6 +483,37 @@ def test_a_member_dies_as_it_relays_the_state_to_joiners(tmp_path):
         del master
 
 
+def _past_the_join_barrier(tmp_path, skipper: int, within_s: float):
+    # Three members in request order (= rank order); member `skipper` passes
+    # the old group's barrier at the first join (it skips it), member 2 dies
+    # in it, the other one fails it. The job must come back to 3 members
+    # (the joiner in) within `within_s`, shorter than the 60 s that a
+    # rendezvous or the workers' timeout would wait, and end as replayed
+    # with the skipping member never excluded.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    m = Membership(_client(port), "test")
+    try:
+        extras = [[], [], ["--in-join-barrier", "die"]]
+        extras[skipper] = ["--in-join-barrier", "skip"]
+        for k, extra in enumerate(extras):
+            fleet.start(initial=3, extra=extra)
+            fleet.wait_for(f"request {k + 1}", lambda: m.requests() >= k + 1)
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
+        joiner = fleet.start()
+        fleet.wait_for("3 members again", lambda: "COMMIT" in fleet.text(joiner) and fleet.latest_world() == 3,
+                       within_s)
+        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the join barrier" in fleet.text(2)
+        assert "SKIPPING the join barrier" in fleet.text(skipper)
+        stop = max(fleet.commits()) + 8
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        ends_as_replayed(fleet, tmp_path, [0, 1, joiner], stop)
+        assert "EXCLUDED" not in fleet.text(skipper)
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_a_member_past_the_join_barrier_is_not_left_out(tmp_path):
     # A member dies in the old group's barrier after rank 0 wrote the join
     # generation; the second member had passed that barrier (it skips it)
@@ -490,58 +521,20 @@ def test_a_member_past_the_join_barrier_is_not_left_out(tmp_path):
     # first member) will not come: it is recovering. The second member
     # must learn that at once and recover with it, not wait out its 60 s
     # timeout and be taken for dead (what CI once saw: left out, and a
-    # joiner not admitted in time).
-    master, port = _store()
-    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
-    m = Membership(_client(port), "test")
-    try:
-        # Ranks follow the order of the requests: the skipping member is
-        # rank 1, not the rank 0 that decides on joiners.
-        for k, extra in enumerate([[], ["--in-join-barrier", "skip"], ["--in-join-barrier", "die"]]):
-            fleet.start(initial=3, extra=extra)
-            fleet.wait_for(f"request {k + 1}", lambda: m.requests() >= k + 1)
-        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
-        joiner = fleet.start()
-        fleet.wait_for("3 members again", lambda: "COMMIT" in fleet.text(joiner) and fleet.latest_world() == 3, 45)
-        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the join barrier" in fleet.text(2)
-        assert "SKIPPING the join barrier" in fleet.text(1)
-        stop = max(fleet.commits()) + 8
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
-        ends_as_replayed(fleet, tmp_path, [0, 1, joiner], stop)
-        assert "EXCLUDED" not in fleet.text(1)
-    finally:
-        fleet.kill_all()
-        del master
+    # joiner not admitted in time). The skipping member is rank 1, not the
+    # rank 0 that decides on joiners.
+    _past_the_join_barrier(tmp_path, skipper=1, within_s=45)
 
 
 def test_rank0_past_the_join_barrier_recovers_with_the_others_at_once(tmp_path):
     # The same failure with the roles swapped: the member that passed the
-    # old group's barrier (it skips it) is rank 0, which opens the join
-    # generation's group. The second member fails the barrier (the third
-    # died in it) and recovers the old generation. Rank 0 must see that
-    # before it opens the new group, and recover with them at once: before,
-    # it and the joiner waited out the rendezvous's 60 s timeout, and the
-    # join took longer than that.
-    master, port = _store()
-    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
-    m = Membership(_client(port), "test")
-    try:
-        for k, extra in enumerate([["--in-join-barrier", "skip"], [], ["--in-join-barrier", "die"]]):
-            fleet.start(initial=3, extra=extra)
-            fleet.wait_for(f"request {k + 1}", lambda: m.requests() >= k + 1)
-        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
-        joiner = fleet.start()
-        # Well inside the 60 s that the members' rendezvous would wait.
-        fleet.wait_for("3 members again", lambda: "COMMIT" in fleet.text(joiner) and fleet.latest_world() == 3, 40)
-        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the join barrier" in fleet.text(2)
-        assert "SKIPPING the join barrier" in fleet.text(0)
-        stop = max(fleet.commits()) + 8
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
-        ends_as_replayed(fleet, tmp_path, [0, 1, joiner], stop)
-        assert "EXCLUDED" not in fleet.text(0)
-    finally:
-        fleet.kill_all()
-        del master
+    # old group's barrier is rank 0, which opens the join generation's
+    # group. The second member fails the barrier (the third died in it) and
+    # recovers the old generation. Rank 0 must see that before it opens the
+    # new group, and recover with them at once: before, it and the joiner
+    # waited out the rendezvous's 60 s timeout, and the join took longer
+    # than that.
+    _past_the_join_barrier(tmp_path, skipper=0, within_s=40)
 
 
 def test_job_breathes_on_the_network_lab(tmp_path):
