@@ -2,8 +2,9 @@
 
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT, and with several ranks OMP_NUM_THREADS (this machine's cores
-shared among them) unless it is set already. If any rank fails, or the deadline passes, every other rank (and
-its children) is killed and the failure is reported with each rank's output.
+shared among them) unless it is set already. If any rank fails, or the
+deadline passes, every other rank (and its children) is killed and the
+failure is reported with each rank's output.
 Tests, benchmarks and the examples use this; on several machines use torchrun.
 
     python -m mccl.launch --nproc 4 examples/train_ddp.py --steps 100
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -82,6 +84,13 @@ def threads_per_rank(nproc: int) -> int:
     return max(1, cores // max(1, nproc))
 
 
+def _threads_to_set(environ: Mapping[str, str], nproc: int) -> int | None:
+    """The OMP_NUM_THREADS that run() gives `nproc` ranks whose environment
+    would be `environ`: None where it leaves the variable alone (one rank,
+    or a value already set)."""
+    return threads_per_rank(nproc) if nproc > 1 and not environ.get("OMP_NUM_THREADS") else None
+
+
 def run(
     argv: list[str],
     nproc: int,
@@ -113,8 +122,9 @@ def run(
     logs = []
     base = dict(os.environ)
     base.update(env or {})
-    if nproc > 1 and not base.get("OMP_NUM_THREADS"):
-        base["OMP_NUM_THREADS"] = str(threads_per_rank(nproc))
+    threads = _threads_to_set(base, nproc)
+    if threads is not None:
+        base["OMP_NUM_THREADS"] = str(threads)
     for rank in range(nproc):
         e = dict(base)
         e.update(
@@ -218,8 +228,9 @@ def main(args: list[str] | None = None) -> int:
     a = ap.parse_args(args)
     if a.nproc < 1:
         ap.error(f"--nproc must be at least 1, not {a.nproc}")
-    if a.nproc > 1 and not os.environ.get("OMP_NUM_THREADS"):
-        print(f"mccl.launch: OMP_NUM_THREADS={threads_per_rank(a.nproc)} for each of {a.nproc} ranks "
+    threads = _threads_to_set(os.environ, a.nproc)
+    if threads is not None:
+        print(f"mccl.launch: OMP_NUM_THREADS={threads} for each of {a.nproc} ranks "
               f"(this machine's cores shared; set OMP_NUM_THREADS to choose)", file=sys.stderr)
     try:
         res = run([sys.executable, a.script, *a.script_args], a.nproc, timeout=a.timeout, stream_rank=0)
