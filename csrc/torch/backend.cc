@@ -11,6 +11,7 @@
 #include "util/params.h"
 #include "store_bridge.h"
 #include "work.h"
+#include "util/trace.h"
 
 namespace mccl::torch_adapter {
 
@@ -23,6 +24,7 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 // the Futures of MPS ops it issued earlier are marked here, their callbacks
 // run in its order (callbacks.h). Then the op's arguments are checked.
 Args enter(const Communicator& comm, const char* op) {
+  trace::record(trace::Ev::kCallEntered, comm.rank(), comm.groupId(), 0, 0);
   runMarksOfThisThread();
   return Args(comm, op);
 }

@@ -9,6 +9,7 @@
 
 #include "callback_pool.h"
 #include "util/error.h"
+#include "util/trace.h"
 
 namespace mccl::torch_adapter {
 
@@ -420,6 +421,7 @@ void WorkMCCL::markDone(std::exception_ptr error) {
       mark();
     }
   }
+  trace::record(trace::Ev::kWorkDone, rank_, 0, 0, 0);
   if (endSpan) endSpan();
   if (pooled) {
     // Device ops: marked with the side stream current, as they are here.
@@ -510,6 +512,7 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   }
   waiting.reset();
   lock.unlock();
+  trace::record(trace::Ev::kWaitReturned, rank_, 0, 0, 0);
   // The Future is complete when wait() returns, errors too.
   if (!runMarkHere(timeout.count())) {
     throw c10::DistBackendError(

@@ -8,6 +8,7 @@
 #include "algo/common.h"
 #include "reduce/parallel.h"
 #include "reduce/reduce.h"
+#include "util/trace.h"
 
 namespace mccl::algo {
 
@@ -30,9 +31,12 @@ Task allreduceRecursiveDoubling(OpContext& ctx, AllreduceOptions o) {
   uint32_t round = 1;
   for (int mask = 1; mask < f.p; mask <<= 1, ++round) {
     const int partner = f.real(f.vr ^ mask);
+    trace::record(trace::Ev::kRoundPosted, partner, ctx.groupId(), ctx.seq(), round);
     auto in = ctx.irecv(partner, round, tmp.data(), bytes);
     auto out = ctx.isend(partner, round, buf, bytes);
+    trace::record(trace::Ev::kRoundSent, partner, ctx.groupId(), ctx.seq(), round);
     co_await ctx.wait(in);
+    trace::record(trace::Ev::kRoundResumed, partner, ctx.groupId(), ctx.seq(), round);
     co_await ctx.wait(out);  // buf is read by the send until here
     combine(buf, buf, tmp.data(), o.count);
   }

@@ -11,6 +11,7 @@
 #include "util/logging.h"
 #include "util/check.h"
 #include "util/params.h"
+#include "util/trace.h"
 
 namespace mccl {
 
@@ -76,6 +77,7 @@ void CommConfig::validate() const {
   int lo = 0, hi = 0;
   MCCL_USAGE_CHECK(portRange.empty() || parsePortRange(portRange, &lo, &hi), "MCCL_PORT_RANGE=",
                    portRange, " is not LOW-HIGH with 1 <= LOW <= HIGH <= 65535 (decimal digits only)");
+  trace::checkDir(params::traceDir());
   LogLevel level;
   MCCL_USAGE_CHECK(parseLogLevel(params::logLevel(), &level), "MCCL_LOG_LEVEL=", params::logLevel(),
                    " is not one of ERROR, WARN, INFO, DEBUG, TRACE");

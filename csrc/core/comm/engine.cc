@@ -2,6 +2,7 @@
 
 #include "comm/op_context.h"
 #include "util/thread_name.h"
+#include "util/trace.h"
 
 namespace mccl {
 
@@ -36,6 +37,7 @@ std::shared_ptr<Work> Engine::submit(const OpSignature& sig, std::chrono::millis
       return work;
     }
     QueuedOp q{nextSeq_++, sig, timeout, std::move(body), work};
+    trace::record(trace::Ev::kSubmitted, host_.rank(), host_.groupId(), q.seq, 0);
     if (!small || !queue_.empty() || running_ >= host_.config().inflightOps) {
       queue_.push_back(std::move(q));
       queueCv_.notify_all();  // drain() may wait on the same condition

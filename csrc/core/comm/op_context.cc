@@ -2,6 +2,7 @@
 
 #include "util/check.h"
 #include "util/logging.h"
+#include "util/trace.h"
 
 namespace mccl {
 
@@ -45,6 +46,7 @@ std::shared_ptr<RecvRequest> OpContext::irecv(int peer, uint32_t slot, void* dat
 
 void OpContext::start(Task body) {
   body_ = std::move(body);
+  trace::record(trace::Ev::kOpStart, comm_.rank(), comm_.groupId(), seq_, 0);
   body_.start([this](std::exception_ptr e) { bodyDone(e); });
 }
 
@@ -185,6 +187,7 @@ void OpContext::maybeComplete() {
           ErrorKind::kInternal, strCat(work_->description(), " failed: ", e.what())));
     }
   }
+  trace::record(trace::Ev::kOpEnd, comm_.rank(), comm_.groupId(), seq_, 0);
   comm_.opCompleted(seq_, work_, error);
   reapable_.store(true);  // the last touch of this object
 }

@@ -41,6 +41,7 @@ class OpContext {
 
   // ---- for algorithms ------------------------------------------------------
   int rank() const { return comm_.rank(); }
+  uint64_t groupId() const { return comm_.groupId(); }
   int size() const { return comm_.size(); }
   uint64_t seq() const { return seq_; }
   const OpSignature& sig() const { return sig_; }

@@ -12,6 +12,7 @@
 #include "util/check.h"
 #include "util/crc32c.h"
 #include "util/logging.h"
+#include "util/trace.h"
 
 namespace mccl {
 namespace {
@@ -514,6 +515,7 @@ bool Connection::readFrame() {
     protocolFault_ = true;
     throwError(ErrorKind::kRemote, name_, ": malformed frame: ", why);
   }
+  if (h.type == FrameType::kData) trace::record(trace::Ev::kFrameRead, peer_, h.group, h.seq, h.slot);
   uint8_t raw[kFrameHeaderBytes];  // what a sealed frame's tag covers
   std::memcpy(raw, rbuf_.data() + rstart_, kFrameHeaderBytes);
   rstart_ += kFrameHeaderBytes;
