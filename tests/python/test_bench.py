@@ -252,3 +252,61 @@ def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "scale-report", str(other)], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode != 0 and "not an `mccl-bench --json` sweep" in p.stderr
+
+
+def test_trace_report_breaks_down_recursive_doubling(tmp_path):
+    # Three ranks (an odd world: rank 0 folds onto rank 1, which exchanges
+    # with rank 2 in one round), each writing its events at exit.
+    from mccl.bench import trace_report
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    bench("--nproc", "3", "--ops", "all_reduce", "--sizes", "8", "--rounds", "1", "--vs", "none",
+          env={"MCCL_TRACE_DIR": str(trace), "MCCL_ALGO": "allreduce=recursive_doubling"})
+    files = sorted(trace.glob("mccl-trace-*.txt"))
+    assert len(files) == 3, files
+    per_rank = {}
+    for f in files:
+        ev = trace_report.read_file(str(f))
+        starts = [e for e in ev if e[1] == "op_start"]
+        assert starts and len(starts) == sum(e[1] == "op_end" for e in ev), f
+        per_rank[starts[-1][2]] = ev
+    assert sorted(per_rank) == [0, 1, 2]
+    # The fold: rank 0 runs no round; ranks 1 and 2 are each other's partner
+    # in round 1 of every op, and each reads the other's round-1 frame.
+    assert not any(e[1] == "round_posted" for e in per_rank[0])
+    for me, peer in ((1, 2), (2, 1)):
+        rounds = [e for e in per_rank[me] if e[1] == "round_posted"]
+        assert rounds and {(e[2], e[5]) for e in rounds} == {(peer, 1)}
+        read = {(e[3], e[4]) for e in per_rank[me] if e[1] == "frame_read" and e[2] == peer and e[5] == 1}
+        assert {(e[3], e[4]) for e in rounds} <= read
+
+    out = bench("trace-report", str(trace), "--json", str(tmp_path / "r.json"))
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["ranks"] == 3 and rep["ops"] > 10
+    assert list(rep["recursive_doubling_rounds"]) == ["1"]
+    r1 = rep["recursive_doubling_rounds"]["1"]
+    assert r1["own send"]["n"] == 2 * rep["ops"]
+    for name in ("partner posted -> frame read", "frame read -> resumed"):
+        assert 0 <= r1[name]["p10_us"] <= r1[name]["median_us"] <= r1[name]["p90_us"], (name, r1[name])
+    turn = rep["turnaround"]
+    for step in ("op_end -> work_done", "work_done -> wait_returned", "wait_returned -> call_entered",
+                 "call_entered -> submitted", "submitted -> op_start"):
+        assert turn[step]["n"] > 0, step
+    assert "recursive doubling, round 1:" in out and "spread of the starts" in out
+
+
+def test_trace_report_refuses_what_is_not_a_trace(tmp_path):
+    import subprocess as sp
+    (tmp_path / "mccl-trace-1.txt").write_text("# mccl trace 1 pid=1 events=1 dropped=0\n12 op_start x 1 2 0 7\n")
+    p = sp.run([sys.executable, "-m", "mccl.bench", "trace-report", str(tmp_path)], capture_output=True, text=True,
+               timeout=60)
+    assert p.returncode != 0 and "mccl-trace-1.txt:2: malformed event" in p.stderr, p.stderr
+    (tmp_path / "mccl-trace-1.txt").write_text("hello\n")
+    p = sp.run([sys.executable, "-m", "mccl.bench", "trace-report", str(tmp_path)], capture_output=True, text=True,
+               timeout=60)
+    assert p.returncode != 0 and "not an MCCL trace" in p.stderr, p.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = sp.run([sys.executable, "-m", "mccl.bench", "trace-report", str(empty)], capture_output=True, text=True,
+               timeout=60)
+    assert p.returncode != 0 and "no mccl-trace-*.txt files" in p.stderr, p.stderr

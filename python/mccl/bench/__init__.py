@@ -11,6 +11,7 @@
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench scaling-report s1.json s2.json s3.json   # repeats of it: medians and ranges (--plot)
     mccl-bench scale-report n16.json n24.json n48.json  # sweeps at several N: % of goodput per N (--plot)
+    MCCL_TRACE_DIR=t mccl-bench ...; mccl-bench trace-report t   # where a small op's time goes
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
     mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
@@ -126,6 +127,10 @@ def parser() -> argparse.ArgumentParser:
     sl.add_argument("--goodput", type=_positive_float, metavar="GBPS",
                     help="the links' TCP goodput in GB/s for every file (default: each file's measured one)")
     sl.add_argument("--plot", help="% of goodput against hosts, one panel per op")
+    tr = sub.add_parser("trace-report", help="latency breakdown from the event traces of MCCL_TRACE_DIR")
+    tr.add_argument("dir", metavar="DIR", help="the MCCL_TRACE_DIR the ranks ran with (one machine)")
+    tr.add_argument("--group", type=int, help="the group id to report (default: the one with the most ops)")
+    tr.add_argument("--json", help="write the report as JSON")
     mm = sub.add_parser("matmul", help="FP32/TF32/BF16 matrix-product TFLOP/s of this device (no ranks)")
     mm.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     mm.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
@@ -242,6 +247,9 @@ def main(argv=None) -> int:
         from . import elastic
         elastic.run(args)
         return 0
+    if args.mode == "trace-report":
+        from . import trace_report
+        return trace_report.run(args)
     if args.mode == "scale-report":
         from . import scale_report
         scale_report.run(args)
