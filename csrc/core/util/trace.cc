@@ -26,6 +26,7 @@ struct Event {
   uint32_t slot;
   Ev ev;
 };
+static_assert(sizeof(Event) == 40, "MCCL_TRACE_DIR's documented memory: 40 bytes an event");
 
 std::string dirFromEnv() {
   const char* d = std::getenv("MCCL_TRACE_DIR");
@@ -116,7 +117,5 @@ const char* name(Ev e) {
   }
   return "unknown";
 }
-
-bool dump() { return gOn && buffer().dump(); }
 
 }  // namespace mccl::trace

@@ -1,6 +1,6 @@
 // Event trace for latency diagnosis, on when MCCL_TRACE_DIR names a
 // directory: each process keeps timestamped events in memory (at most
-// kTraceCapacity; later ones are counted as dropped) and writes them to
+// kTraceCapacity, 40 bytes each; later ones are counted as dropped) and writes them to
 // DIR/mccl-trace-<pid>.txt when it exits normally. Off, record() is one
 // test of a constant.
 //
@@ -51,8 +51,5 @@ inline void record(Ev e, int who, uint64_t group, uint64_t seq, uint32_t slot) {
 void checkDir(const std::string& dir);
 // The name written for `e` ("op_start", ...).
 const char* name(Ev e);
-// Writes the events so far to the process's file (also done at exit);
-// false when the trace is off or the file cannot be written.
-bool dump();
 
 }  // namespace mccl::trace
