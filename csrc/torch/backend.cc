@@ -9,9 +9,9 @@
 #include "callbacks.h"
 #include "util/error.h"
 #include "util/params.h"
+#include "util/trace.h"
 #include "store_bridge.h"
 #include "work.h"
-#include "util/trace.h"
 
 namespace mccl::torch_adapter {
 
@@ -48,6 +48,7 @@ WorkPtr finish(const Communicator& comm, OpType type, const char* title,
   auto work = c10::make_intrusive<WorkMCCL>(comm.rank(), type, title, std::move(outputs),
                                             std::move(inputs), staging.devices(),
                                             staging.callbacksOnCaller());
+  work->setTraceGroup(comm.groupId());
   work->track(std::move(core), std::move(staging));
   return work;
 }
@@ -169,6 +170,7 @@ WorkPtr ProcessGroupMCCL::runInPieces(at::Tensor& t, OpType type, const char* ti
   auto work = c10::make_intrusive<WorkMCCL>(comm_->rank(), type, title, std::vector<at::Tensor>{t},
                                             std::vector<at::Tensor>{t}, pieces[0].devices(),
                                             pieces[0].callbacksOnCaller());
+  work->setTraceGroup(comm_->groupId());
   work->trackPieces(std::move(cores), std::move(pieces));
   return work;
 }

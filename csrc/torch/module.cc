@@ -143,6 +143,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_mps_kernels", &mccl::torch_adapter::registeredMpsKernels,
         "c10d ops MCCL registered MPS kernels for when it loaded (those torch lacks)");
   m.def(
+      "_trace_names",
+      [] {
+        // op_start's slot in MCCL_TRACE_DIR's files is (op kind << 8) | algorithm.
+        std::map<int, std::string> kinds, algos;
+        (void)mccl::algo::algorithms();  // installs the algorithms' names
+        for (int k = 0; k < mccl::kNumOpKinds; ++k) kinds[k] = mccl::opKindName(static_cast<mccl::OpKind>(k));
+        for (int a = 0; a < 256; ++a) {
+          std::string name = mccl::algoName(static_cast<mccl::Algo>(a));
+          if (name.rfind("algorithm #", 0) != 0) algos[a] = name;
+        }
+        return std::make_pair(kinds, algos);
+      },
+      "The names of the op kinds and algorithms that MCCL_TRACE_DIR's op_start events number");
+  m.def(
       "_register_boxed_kernels_for_testing",
       [](const std::string& ns, const std::string& key) {
         return mccl::torch_adapter::registerBoxedC10dKernels(ns, c10::parseDispatchKey(key));

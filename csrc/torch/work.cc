@@ -421,7 +421,7 @@ void WorkMCCL::markDone(std::exception_ptr error) {
       mark();
     }
   }
-  trace::record(trace::Ev::kWorkDone, rank_, 0, 0, 0);
+  trace::record(trace::Ev::kWorkDone, rank_, traceGroup_, 0, 0);
   if (endSpan) endSpan();
   if (pooled) {
     // Device ops: marked with the side stream current, as they are here.
@@ -512,7 +512,6 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   }
   waiting.reset();
   lock.unlock();
-  trace::record(trace::Ev::kWaitReturned, rank_, 0, 0, 0);
   // The Future is complete when wait() returns, errors too.
   if (!runMarkHere(timeout.count())) {
     throw c10::DistBackendError(
@@ -523,6 +522,7 @@ bool WorkMCCL::wait(std::chrono::milliseconds timeout) {
   if (exception_) std::rethrow_exception(exception_);
   lock.unlock();
   synchronize();  // device ops: the caller's stream waits for the results
+  trace::record(trace::Ev::kWaitReturned, rank_, traceGroup_, 0, 0);
   return true;
 }
 

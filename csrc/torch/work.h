@@ -125,6 +125,8 @@ class WorkMCCL : public c10d::Work {
            std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
            std::vector<c10::Device> devices = {}, bool callbacksOnCaller = false);
   ~WorkMCCL() override;
+  // The group whose op this is, for MCCL_TRACE_DIR (set before it is returned).
+  void setTraceGroup(uint64_t group) { traceGroup_ = group; }
 
   // Completes when every core op does; call once, after construction.
   void track(std::vector<std::shared_ptr<mccl::Work>> core, Staging staging);
@@ -165,6 +167,7 @@ class WorkMCCL : public c10d::Work {
   // Under mutex_: getFuture() was called (the Future is then marked on a
   // callback thread, callback_pool.h), and that mark has happened.
   bool futureRequested_ = false;
+  uint64_t traceGroup_ = 0;  // MCCL_TRACE_DIR's events of this Work name the group
   bool futureMarked_ = false;
   // Under mutex_: the Future is marked if the caller holds it and it is
   // marked on a callback thread (MPS marks are run or waited for apart).

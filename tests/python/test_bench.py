@@ -282,12 +282,20 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
 
     out = bench("trace-report", str(trace), "--json", str(tmp_path / "r.json"))
     rep = json.loads((tmp_path / "r.json").read_text())
-    assert rep["ranks"] == 3 and rep["ops"] > 10
+    # Counted from the files themselves: rank 0's all-reduces by recursive
+    # doubling (op_start's slot: kind 1 << 8 | algorithm 2), less the tenth
+    # dropped as warm-up.
+    ours = sum(1 for e in per_rank[0] if e[1] == "op_start" and e[5] == (1 << 8 | 2))
+    assert (rep["op"], rep["algorithm"]) == ("allreduce", "recursive_doubling")
+    assert rep["ranks"] == 3 and rep["ops"] == ours - int(ours * 0.1) and rep["ops"] > 10
+    assert rep["warnings"] == []
     assert list(rep["recursive_doubling_rounds"]) == ["1"]
     r1 = rep["recursive_doubling_rounds"]["1"]
     assert r1["own send"]["n"] == 2 * rep["ops"]
+    # A frame is read after its sender posted the round, and the op resumes
+    # after both its send and the frame.
     for name in ("partner posted -> frame read", "frame read -> resumed"):
-        assert 0 <= r1[name]["p10_us"] <= r1[name]["median_us"] <= r1[name]["p90_us"], (name, r1[name])
+        assert r1[name]["p10_us"] >= 0, (name, r1[name])
     turn = rep["turnaround"]
     for step in ("op_end -> work_done", "work_done -> wait_returned", "wait_returned -> call_entered",
                  "call_entered -> submitted", "submitted -> op_start"):
@@ -310,3 +318,73 @@ def test_trace_report_refuses_what_is_not_a_trace(tmp_path):
     p = sp.run([sys.executable, "-m", "mccl.bench", "trace-report", str(empty)], capture_output=True, text=True,
                timeout=60)
     assert p.returncode != 0 and "no mccl-trace-*.txt files" in p.stderr, p.stderr
+
+
+def _synthetic_trace(tmp_path, failed_seq=None, dropped=0):
+    """Two ranks' files of 20 all-reduces by recursive doubling (one round)
+    with known intervals, in ns: rank 1 starts each op 1 us after rank 0; a
+    round's send takes 2 us, a frame is read 5 us after its sender posted the
+    round, the op resumes 1 us after that on the reading thread and ends
+    0.5 us later; then the Work completes 2 us later, wait() returns after 3,
+    the next call enters 4 after that and is submitted 5 after that."""
+    group, slot = 7, 1 << 8 | 2
+    files = {0: [], 1: []}
+    for seq in range(20):
+        base = 1_000_000 + seq * 100_000
+        post = {r: base + r * 1000 + 500 for r in (0, 1)}
+        for r in (0, 1):
+            ev = files[r]
+            p = 1 - r
+            fails = seq == failed_seq and r == 1
+            ev.append((base + r * 1000, "op_start", r, group, seq, slot, 1))
+            ev.append((post[r], "round_posted", p, group, seq, 1, 1))
+            ev.append((post[r] + 2000, "round_sent", p, group, seq, 1, 1))
+            read = post[p] + 5000
+            ev.append((read, "frame_read", p, group, seq, 1, 2))
+            end = max(read, post[r] + 2000) + 1000
+            if not fails:
+                ev.append((end, "round_resumed", p, group, seq, 1, 2))
+            ev.append((end + 500, "op_end", r, group, seq, 1 if fails else 0, 2))
+            ev.append((end + 2500, "work_done", r, group, 0, 0, 2))
+            ev.append((end + 5500, "wait_returned", r, group, 0, 0, 1))
+            ev.append((end + 9500, "call_entered", r, group, 0, 0, 1))
+            ev.append((end + 14500, "submitted", r, group, seq + 1, 0, 1))
+    for r, ev in files.items():
+        lines = [f"# mccl trace 1 pid={100 + r} events={len(ev)} dropped={dropped if r == 0 else 0}",
+                 "# t_ns event who group seq slot tid"]
+        lines += [" ".join(str(x) for x in e) for e in ev]
+        (tmp_path / f"mccl-trace-{100 + r}.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_trace_report_figures_on_a_known_trace(tmp_path):
+    from mccl.bench import trace_report
+    _synthetic_trace(tmp_path)
+    rep = trace_report.analyze(str(tmp_path))
+    assert (rep["group"], rep["ranks"], rep["ops"]) == (7, 2, 18)  # 20, less 2 of warm-up
+    assert rep["warnings"] == []
+    med = lambda st: st["median_us"]
+    assert med(rep["start_spread"]) == 1.0
+    t = rep["turnaround"]
+    assert [med(t[k]) for k in ("op_end -> work_done", "work_done -> wait_returned",
+                                "wait_returned -> call_entered", "call_entered -> submitted")] == [2.0, 3.0, 4.0, 5.0]
+    r1 = rep["recursive_doubling_rounds"]["1"]
+    assert med(r1["own send"]) == 2.0 and med(r1["partner posted -> frame read"]) == 5.0
+    assert med(r1["frame read -> resumed"]) == 1.0 and med(r1["partner's post apart from this rank's"]) == 1.0
+    assert r1["resumed on the reading thread (share)"]["share"] == 1.0
+    assert r1["own send"]["n"] == 2 * 18
+
+
+def test_trace_report_leaves_failed_ops_out_and_says_what_is_missing(tmp_path):
+    # Rank 1's op 9 failed in its round (no round_resumed, op_end marked
+    # failed); rank 0's buffer dropped events: the report says both.
+    from mccl.bench import trace_report
+    _synthetic_trace(tmp_path, failed_seq=9, dropped=3)
+    rep = trace_report.analyze(str(tmp_path))
+    assert rep["ops"] == 19 - 1
+    assert any("1 failed op(s) left out" in w for w in rep["warnings"]), rep["warnings"]
+    assert any("3 events were dropped" in w for w in rep["warnings"]), rep["warnings"]
+    # Without rank 0's file, rank 1's ops are reported alone, with a warning.
+    (tmp_path / "mccl-trace-100.txt").unlink()
+    rep = trace_report.analyze(str(tmp_path))
+    assert rep["ranks"] == 1
+    assert any("no trace of rank(s) [0]" in w for w in rep["warnings"]), rep["warnings"]

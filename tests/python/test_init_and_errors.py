@@ -97,6 +97,34 @@ def test_out_of_range_setting_is_refused_by_name(var, value, words):
         assert w in out.stdout, (w, out.stdout)
 
 
+def test_trace_dir_set_after_loading_is_refused(tmp_path):
+    # MCCL_TRACE_DIR is read once, when the library loads: set later, it
+    # would trace nothing, so the group refuses it instead of ignoring it.
+    from mccl.launch import free_port
+    probe = SETTING_PROBE.replace("import mccl\n", f"import mccl\nos.environ['MCCL_TRACE_DIR'] = {str(tmp_path)!r}\n")
+    env = {k: v for k, v in os.environ.items() if k != "MCCL_TRACE_DIR"}
+    out = subprocess.run([sys.executable, "-c", probe, str(free_port())], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert "REFUSED:" in out.stdout and "was set after MCCL was loaded" in out.stdout, out.stdout + out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_trace_dir_writes_one_file_per_process(tmp_path):
+    from mccl.launch import free_port
+    env = dict(os.environ, MCCL_TRACE_DIR=str(tmp_path))
+    probe = SETTING_PROBE.replace('    print("ACCEPTED")\n',
+                                  '    import torch; dist.all_reduce(torch.ones(3)); print("ACCEPTED")\n')
+    out = subprocess.run([sys.executable, "-c", probe, str(free_port())], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert "ACCEPTED" in out.stdout, out.stdout + out.stderr
+    files = list(tmp_path.glob("mccl-trace-*.txt"))
+    assert len(files) == 1, files
+    text = files[0].read_text().splitlines()
+    assert text[0].startswith("# mccl trace 1 pid=") and "dropped=0" in text[0]
+    names = [line.split()[1] for line in text[2:]]
+    assert names.count("op_start") == names.count("op_end") >= 1 and "call_entered" in names, names
+
+
 def test_size_and_int_settings_parse_as_documented():
     # The parser the groups use, through the binding that reads a run's
     # recorded settings: a Size takes K/M/G/T suffixes, an Int does not.

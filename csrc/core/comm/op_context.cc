@@ -46,7 +46,8 @@ std::shared_ptr<RecvRequest> OpContext::irecv(int peer, uint32_t slot, void* dat
 
 void OpContext::start(Task body) {
   body_ = std::move(body);
-  trace::record(trace::Ev::kOpStart, comm_.rank(), comm_.groupId(), seq_, 0);
+  trace::record(trace::Ev::kOpStart, comm_.rank(), comm_.groupId(), seq_,
+                (static_cast<uint32_t>(sig_.op) << 8) | static_cast<uint32_t>(sig_.algo));
   body_.start([this](std::exception_ptr e) { bodyDone(e); });
 }
 
@@ -187,7 +188,7 @@ void OpContext::maybeComplete() {
           ErrorKind::kInternal, strCat(work_->description(), " failed: ", e.what())));
     }
   }
-  trace::record(trace::Ev::kOpEnd, comm_.rank(), comm_.groupId(), seq_, 0);
+  trace::record(trace::Ev::kOpEnd, comm_.rank(), comm_.groupId(), seq_, error ? 1 : 0);
   comm_.opCompleted(seq_, work_, error);
   reapable_.store(true);  // the last touch of this object
 }

@@ -515,7 +515,6 @@ bool Connection::readFrame() {
     protocolFault_ = true;
     throwError(ErrorKind::kRemote, name_, ": malformed frame: ", why);
   }
-  if (h.type == FrameType::kData) trace::record(trace::Ev::kFrameRead, peer_, h.group, h.seq, h.slot);
   uint8_t raw[kFrameHeaderBytes];  // what a sealed frame's tag covers
   std::memcpy(raw, rbuf_.data() + rstart_, kFrameHeaderBytes);
   rstart_ += kFrameHeaderBytes;
@@ -530,6 +529,9 @@ bool Connection::readFrame() {
     return true;
   }
   const bool byRef = h.type == FrameType::kRef;
+  if ((h.type == FrameType::kData || byRef) && !h.isP2P()) {
+    trace::record(trace::Ev::kFrameRead, peer_, h.group, h.seq, h.slot);
+  }
   if (h.type != FrameType::kData && !byRef) {
     std::string text;
     if (opener_) openBuffered(raw, h.length);  // bounded by kMaxAbortMessage < kReadBuffer

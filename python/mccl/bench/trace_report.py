@@ -3,8 +3,10 @@ from the event traces that MCCL_TRACE_DIR=DIR makes (one file per process,
 written at exit; csrc/core/util/trace.h lists the events). All the files
 must come from one machine: their timestamps are CLOCK_MONOTONIC.
 
-For the group with the most ops (or --group), over the ops that every rank
-started and ended (the first tenth dropped as warm-up), it reports:
+For the group with the most ops (or --group), over its ops of the most
+common kind and algorithm that every rank started and ended without error
+(the first tenth dropped as warm-up; failed ops, missing ranks and dropped
+events are named as warnings), it reports:
 
 - each op's span (first start to last end) and the spread of its starts and
   of its ends across the ranks;
@@ -13,9 +15,11 @@ started and ended (the first tenth dropped as warm-up), it reports:
   entry into MCCL and its submission;
 - for recursive doubling, per round: the rank's own send (posting it, the
   inline write included), the partner's post to this rank's reading of its
-  frame, that frame's reading to the op resuming, how much later than this
-  rank the partner posted, and how often the op resumed on the thread that
-  read the frame.
+  frame, that frame's reading to the op resuming, how far apart the two
+  partners posted, and how often the op resumed on the thread that read the
+  frame. Frames are matched to rounds by the connection's peer rank, which
+  is the group rank in the default group; in other groups those rows may be
+  missing.
 """
 
 from __future__ import annotations
@@ -66,11 +70,36 @@ def _stats(values: list[float]) -> dict:
             "n": len(q)}
 
 
+def _names() -> tuple[dict, dict]:
+    """The op kinds' and algorithms' names by number (op_start's slot is
+    kind << 8 | algorithm), from the installed library."""
+    try:
+        from .. import _C
+        kinds, algos = _C._trace_names()
+        return dict(kinds), dict(algos)
+    except (ImportError, AttributeError):
+        return {}, {}
+
+
+def _read_header(path: str) -> int:
+    """The number of events the file says were dropped."""
+    with open(path) as f:
+        for field in f.readline().split():
+            if field.startswith("dropped="):
+                return int(field[len("dropped="):])
+    return 0
+
+
 def analyze(directory: str, group: int | None = None) -> dict:
     files = sorted(glob.glob(os.path.join(directory, "mccl-trace-*.txt")))
     if not files:
         raise TraceError(f"{directory}: no mccl-trace-*.txt files (was MCCL_TRACE_DIR set, and did the ranks exit?)")
     traces = [read_file(p) for p in files]
+    warnings = []
+    for path in files:
+        dropped = _read_header(path)
+        if dropped:
+            warnings.append(f"{os.path.basename(path)}: {dropped} events were dropped (the buffer was full)")
     ops_per_group: dict[int, int] = defaultdict(int)
     for ev in traces:
         for e in ev:
@@ -93,33 +122,51 @@ def analyze(directory: str, group: int | None = None) -> dict:
         rank = whos.pop()
         if rank in ranks:
             raise TraceError(f"{path}: a second trace of rank {rank} of group {group}")
-        ranks[rank] = ev
+        ranks[rank] = [e for e in ev if e[3] == group]
     n = len(ranks)
+    if sorted(ranks) != list(range(max(ranks) + 1)):
+        missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+        warnings.append(f"no trace of rank(s) {missing} of group {group}: their ops are left out")
 
-    at: dict[tuple, tuple] = {}  # (rank, event, who, seq, slot) -> (t_ns, tid)
-    started: dict[int, set] = defaultdict(set)
-    ended: dict[int, set] = defaultdict(set)
+    at: dict[tuple, tuple] = {}  # (rank, event, peer, seq, slot) -> (t_ns, tid): rounds and frames
+    start: dict[tuple, tuple] = {}  # (rank, seq) -> (t_ns, kind << 8 | algorithm)
+    end: dict[tuple, tuple] = {}  # (rank, seq) -> (t_ns, 1 if the op failed)
     for rank, ev in ranks.items():
         for t, name, who, g, seq, slot, tid in ev:
-            if name in ("work_done", "wait_returned", "call_entered"):
-                continue  # carry no group or seq: placed by time below
-            if g != group:
-                continue
-            at.setdefault((rank, name, who, seq, slot), (t, tid))
             if name == "op_start":
-                started[seq].add(rank)
+                start.setdefault((rank, seq), (t, slot))
             elif name == "op_end":
-                ended[seq].add(rank)
-    seqs = sorted(s for s in started if len(started[s]) == n and len(ended[s]) == n)
+                end.setdefault((rank, seq), (t, slot))
+            elif name.startswith("round_") or name == "frame_read":
+                at.setdefault((rank, name, who, seq, slot), (t, tid))
+    # Ops every rank started and ended without error, of the most common kind
+    # and algorithm among them.
+    complete = defaultdict(set)
+    for (rank, seq), (t, slot) in start.items():
+        if (rank, seq) in end and end[(rank, seq)][1] == 0:
+            complete[(seq, slot)].add(rank)
+    whole = {seq: slot for (seq, slot), rs in complete.items() if len(rs) == n}
+    failed = len({seq for (rank, seq), (t, bad) in end.items() if bad})
+    if failed:
+        warnings.append(f"{failed} failed op(s) left out")
+    if not whole:
+        raise TraceError(f"{directory}: no op of group {group} that all {n} ranks started and ended without error")
+    counts = defaultdict(int)
+    for slot in whole.values():
+        counts[slot] += 1
+    kind_algo = max(counts, key=counts.get)
+    seqs = sorted(seq for seq, slot in whole.items() if slot == kind_algo)
     seqs = seqs[int(len(seqs) * WARMUP_FRACTION):]
     if not seqs:
-        raise TraceError(f"{directory}: no op of group {group} that all {n} ranks started and ended")
+        raise TraceError(f"{directory}: too few ops of group {group} to report")
+    kinds, algos = _names()
+    kind, algo = kind_algo >> 8, kind_algo & 0xFF
     us = 1e-3
 
     spans, start_spread, end_spread = [], [], []
     for s in seqs:
-        starts = [at[(r, "op_start", r, s, 0)][0] for r in ranks]
-        ends = [at[(r, "op_end", r, s, 0)][0] for r in ranks]
+        starts = [start[(r, s)][0] for r in ranks]
+        ends = [end[(r, s)][0] for r in ranks]
         spans.append((max(ends) - min(starts)) * us)
         start_spread.append((max(starts) - min(starts)) * us)
         end_spread.append((max(ends) - min(ends)) * us)
@@ -133,14 +180,13 @@ def analyze(directory: str, group: int | None = None) -> dict:
         for s in seqs:
             if s + 1 not in chosen:
                 continue
-            t_end = at[(rank, "op_end", rank, s, 0)][0]
-            t_next = at[(rank, "op_start", rank, s + 1, 0)][0]
+            t_end = end[(rank, s)][0]
+            t_next = start[(rank, s + 1)][0]
             first = {}
             for e in ev[bisect.bisect_right(times, t_end):]:
                 if e[0] > t_next:
                     break
-                if e[1] in steps and e[1] not in first and (e[1] in ("work_done", "wait_returned", "call_entered")
-                                                            or e[3] == group):
+                if e[1] in steps and e[1] not in first:
                     first[e[1]] = e[0]
             prev_name, prev_t = "op_end", t_end
             for name in steps:
@@ -160,12 +206,15 @@ def analyze(directory: str, group: int | None = None) -> dict:
                 if not posted:
                     break
                 p = posted[0][2]
-                t_post = at[(r, "round_posted", p, s, k)][0]
-                t_sent = at[(r, "round_sent", p, s, k)][0]
-                t_res, res_tid = at[(r, "round_resumed", p, s, k)]
+                t_post = at[posted[0]][0]
+                sent = at.get((r, "round_sent", p, s, k))
+                resumed = at.get((r, "round_resumed", p, s, k))
+                if not sent or not resumed:
+                    break  # the op failed in this round (left out above) or the buffer was full
+                t_sent, (t_res, res_tid) = sent[0], resumed
                 row = rounds[k]
                 if prev is None:
-                    fold["op_start -> round 1 posted"].append((t_post - at[(r, "op_start", r, s, 0)][0]) * us)
+                    fold["op_start -> round 1 posted"].append((t_post - start[(r, s)][0]) * us)
                 row["round (resumed - previous resumed)"].append((t_res - (prev if prev is not None else t_post)) * us)
                 row["own send"].append((t_sent - t_post) * us)
                 read = at.get((r, "frame_read", p, s, k))
@@ -173,12 +222,12 @@ def analyze(directory: str, group: int | None = None) -> dict:
                 if read and p_post:
                     row["partner posted -> frame read"].append((read[0] - p_post[0]) * us)
                     row["frame read -> resumed"].append((t_res - max(read[0], t_sent)) * us)
-                    row["partner posted later by"].append((p_post[0] - t_post) * us)
+                    row["partner's post apart from this rank's"].append(abs(p_post[0] - t_post) * us)
                     row["resumed on the reading thread (share)"].append(1.0 if read[1] == res_tid else 0.0)
                 prev = t_res
                 k += 1
             if prev is not None:
-                fold["last round resumed -> op_end"].append((at[(r, "op_end", r, s, 0)][0] - prev) * us)
+                fold["last round resumed -> op_end"].append((end[(r, s)][0] - prev) * us)
 
     def table(d):
         return {name: ({"share": sum(v) / len(v), "n": len(v)} if name.endswith("(share)") else _stats(v))
@@ -187,7 +236,10 @@ def analyze(directory: str, group: int | None = None) -> dict:
     return {
         "group": group,
         "ranks": n,
+        "op": kinds.get(kind, f"op kind {kind}"),
+        "algorithm": algos.get(algo, f"algorithm {algo}"),
         "ops": len(seqs),
+        "warnings": warnings,
         "op_span": _stats(spans),
         "start_spread": _stats(start_spread),
         "end_spread": _stats(end_spread),
@@ -198,7 +250,9 @@ def analyze(directory: str, group: int | None = None) -> dict:
 
 
 def format_report(rep: dict) -> str:
-    lines = [f"group {rep['group']}: {rep['ranks']} ranks, {rep['ops']} ops (times in µs: median [p10, p90])"]
+    lines = [f"group {rep['group']}: {rep['ranks']} ranks, {rep['ops']} ops of {rep['op']} by {rep['algorithm']} "
+             f"(times in µs: median [p10, p90])"]
+    lines += [f"warning: {w}" for w in rep["warnings"]]
 
     def row(name, st):
         if "share" in st:
