@@ -6,7 +6,9 @@
 //
 // Events (`who` is this rank for the op and call events, the peer for the
 // round and frame events):
-//   op_start, op_end     a collective's algorithm begins and ends (any algorithm)
+//   op_start, op_end     a collective's algorithm begins and ends (any algorithm;
+//                        op_start's slot is its op kind << 8 | algorithm,
+//                        op_end's is 1 when it failed)
 //   round_posted         recursive doubling posted round `slot`'s receive
 //   round_sent           ... and returned from posting its send (written inline
 //                        when the socket was idle)
