@@ -5,9 +5,12 @@
 // their own exception types without parsing messages.
 #pragma once
 
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace mccl {
@@ -33,12 +36,49 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
+namespace detail {
+// Pieces strCat appends itself, exactly as a default std::ostream writes
+// them: text, characters (char, signed char and unsigned char print as
+// characters), bool as 1 or 0, and other integers in decimal.
+template <typename T, typename D = std::remove_cvref_t<T>>
+inline constexpr bool kPlainPiece =
+    std::is_integral_v<D> || std::is_same_v<D, std::string> || std::is_same_v<D, std::string_view> ||
+    std::is_same_v<std::decay_t<T>, const char*> || std::is_same_v<std::decay_t<T>, char*>;
+
+template <typename T>
+void appendPiece(std::string& out, const T& v) {
+  using D = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<D, bool>) {
+    out += v ? '1' : '0';
+  } else if constexpr (std::is_same_v<D, char> || std::is_same_v<D, signed char> ||
+                       std::is_same_v<D, unsigned char>) {
+    out += static_cast<char>(v);
+  } else if constexpr (std::is_integral_v<D>) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+  } else if constexpr (std::is_pointer_v<D>) {
+    if (v != nullptr) out += v;  // a stream writes nothing for a null pointer
+  } else {
+    out += v;
+  }
+}
+}  // namespace detail
+
 // Concatenates anything that can be streamed: strCat("rank ", 3, ": ", msg).
+// Text and integers are appended directly (this runs on every op's path);
+// anything else goes through a std::ostringstream, with the same result.
 template <typename... Args>
 std::string strCat(Args&&... args) {
-  std::ostringstream os;
-  (os << ... << std::forward<Args>(args));
-  return os.str();
+  if constexpr ((detail::kPlainPiece<Args> && ...)) {
+    std::string out;
+    (detail::appendPiece(out, args), ...);
+    return out;
+  } else {
+    std::ostringstream os;
+    (os << ... << std::forward<Args>(args));
+    return os.str();
+  }
 }
 
 template <typename... Args>
