@@ -266,7 +266,8 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
     assert len(files) == 3, files
     per_rank = {}
     for f in files:
-        ev = trace_report.read_file(str(f))
+        ev, dropped = trace_report.read_file(str(f))
+        assert dropped == 0, f
         starts = [e for e in ev if e[1] == "op_start"]
         assert starts and len(starts) == sum(e[1] == "op_end" for e in ev), f
         per_rank[starts[-1][2]] = ev
@@ -304,18 +305,17 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
 
 
 def test_trace_report_refuses_what_is_not_a_trace(tmp_path):
-    import subprocess as sp
     (tmp_path / "mccl-trace-1.txt").write_text("# mccl trace 1 pid=1 events=1 dropped=0\n12 op_start x 1 2 0 7\n")
-    p = sp.run([sys.executable, "-m", "mccl.bench", "trace-report", str(tmp_path)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "trace-report", str(tmp_path)], capture_output=True, text=True,
                timeout=60)
     assert p.returncode != 0 and "mccl-trace-1.txt:2: malformed event" in p.stderr, p.stderr
     (tmp_path / "mccl-trace-1.txt").write_text("hello\n")
-    p = sp.run([sys.executable, "-m", "mccl.bench", "trace-report", str(tmp_path)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "trace-report", str(tmp_path)], capture_output=True, text=True,
                timeout=60)
     assert p.returncode != 0 and "not an MCCL trace" in p.stderr, p.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
-    p = sp.run([sys.executable, "-m", "mccl.bench", "trace-report", str(empty)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "trace-report", str(empty)], capture_output=True, text=True,
                timeout=60)
     assert p.returncode != 0 and "no mccl-trace-*.txt files" in p.stderr, p.stderr
 

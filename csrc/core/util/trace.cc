@@ -39,9 +39,8 @@ const std::string& loadTimeDir() {
 }
 
 struct Buffer {
-  const std::string dir = loadTimeDir();
   // Value-initialised: every `written` flag starts clear.
-  std::unique_ptr<Event[]> events{dir.empty() ? nullptr : new Event[kTraceCapacity]()};
+  std::unique_ptr<Event[]> events{loadTimeDir().empty() ? nullptr : new Event[kTraceCapacity]()};
   std::atomic<size_t> next{0};
   std::atomic<bool> stopped{false};
   void dump();
@@ -80,7 +79,7 @@ FILE* createFile(const std::string& dir, std::string* path) {
 void Buffer::dump() {
   if (!events || stopped.exchange(true)) return;
   std::string path;
-  FILE* f = createFile(dir, &path);
+  FILE* f = createFile(loadTimeDir(), &path);
   if (!f) {
     MCCL_LOG(kWarn, "MCCL_TRACE_DIR: cannot write ", path, ": ", std::strerror(errno),
              "; this process's events are lost");

@@ -41,14 +41,18 @@ class TraceError(ValueError):
     pass
 
 
-def read_file(path: str) -> list[tuple]:
+def read_file(path: str) -> tuple[list[tuple], int]:
     """The events of one file as (t_ns, event, who, group, seq, slot, tid),
-    in time order; a malformed file raises TraceError naming the line."""
+    in time order, and how many events its header says were dropped; a
+    malformed file raises TraceError naming the line."""
     events = []
     with open(path) as f:
         first = f.readline()
         if not first.startswith(HEADER):
             raise TraceError(f"{path}: not an MCCL trace (first line {first.strip()!r})")
+        dropped = [field[len("dropped="):] for field in first.split() if field.startswith("dropped=")]
+        if len(dropped) != 1 or not dropped[0].isdigit():
+            raise TraceError(f"{path}:1: malformed header {first.strip()!r}")
         for no, line in enumerate(f, start=2):
             if line.startswith("#"):
                 continue
@@ -61,7 +65,7 @@ def read_file(path: str) -> list[tuple]:
                 raise TraceError(f"{path}:{no}: malformed event {line.strip()!r}") from None
             events.append((t, parts[1], who, group, seq, slot, tid))
     events.sort()
-    return events
+    return events, int(dropped[0])
 
 
 def _stats(values: list[float]) -> dict:
@@ -81,25 +85,17 @@ def _names() -> tuple[dict, dict]:
         return {}, {}
 
 
-def _read_header(path: str) -> int:
-    """The number of events the file says were dropped."""
-    with open(path) as f:
-        for field in f.readline().split():
-            if field.startswith("dropped="):
-                return int(field[len("dropped="):])
-    return 0
-
-
 def analyze(directory: str, group: int | None = None) -> dict:
     files = sorted(glob.glob(os.path.join(directory, "mccl-trace-*.txt")))
     if not files:
         raise TraceError(f"{directory}: no mccl-trace-*.txt files (was MCCL_TRACE_DIR set, and did the ranks exit?)")
-    traces = [read_file(p) for p in files]
-    warnings = []
+    traces, warnings = [], []
     for path in files:
-        dropped = _read_header(path)
+        events, dropped = read_file(path)
+        traces.append(events)
         if dropped:
-            warnings.append(f"{os.path.basename(path)}: {dropped} events were dropped (the buffer was full)")
+            warnings.append(f"{os.path.basename(path)}: {dropped} events were dropped (the buffer was full, "
+                            f"or the process exited while recording them)")
     ops_per_group: dict[int, int] = defaultdict(int)
     for ev in traces:
         for e in ev:
