@@ -25,7 +25,7 @@ def test_collective_sweep_json_and_table(tmp_path):
     out = tmp_path / "r.json"
     ops = "all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all,sendrecv"
     text = bench("--nproc", "3", "--ops", ops, "-b", "8", "-e", "64K", "-f", "64", "--rounds", "1",
-                 "--target", "0.005", "--json", str(out))
+                 "--target", "0.005", "--cpu", "--json", str(out))
     for op in ops.split(","):
         assert f"## {op}" in text, text
     assert "mccl/gloo" in text
@@ -39,6 +39,13 @@ def test_collective_sweep_json_and_table(tmp_path):
     for r in rows:
         for b in ("mccl", "gloo"):
             assert r[b]["time_us"] > 0 and r[b]["busbw_GBps"] >= 0, r
+            # CPU of the three ranks together (one round, so the busy cores
+            # are this CPU time over this time). No upper bound: each rank
+            # counts its own loop, and loops of a few ops start apart.
+            assert r[b]["cpu_us_per_op"] > 0 and r[b]["cores_busy"] > 0, r
+            busy = r[b]["cpu_us_per_op"] / r[b]["time_us"]
+            assert abs(busy - r[b]["cores_busy"]) <= 1e-6 * busy, r
+    assert text.count("CPU per op, all ranks: mccl ") == len(rows), text
     # The algorithm MCCL ran, where it is chosen by size, in the JSON and the table.
     allreduce = {"ring", "recursive_doubling", "direct", "bruck", "recursive_multiplying", "rabenseifner", "torus"}
     for r in rows:

@@ -14,6 +14,7 @@
     MCCL_TRACE_DIR=t mccl-bench ...; mccl-bench trace-report t   # where a small op's time goes
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
     mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
+    mccl-bench --nproc 8 --ops all_reduce --sizes 8 --cpu   # also CPU per op and the cores kept busy
     torchrun --nproc_per_node 1 --nnodes 4 ... -m mccl.bench --vs gloo   # across machines
 
 Without RANK in the environment it starts --nproc local ranks itself (rank
@@ -77,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--target", type=float, default=0.25, help="seconds per timed round")
         p.add_argument("--min-iters", type=int, default=3)
         p.add_argument("--max-iters", type=int, default=2000)
+        p.add_argument("--cpu", action="store_true",
+                       help="print each row's CPU time per op of all ranks together and the cores it kept "
+                            "busy (always in --json)")
         p.add_argument("--json", help="write results to this JSON file")
         p.add_argument("--plot", help="draw busbw and latency against size to this PNG")
         p.add_argument("--tune", action="store_true",

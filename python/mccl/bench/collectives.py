@@ -68,18 +68,25 @@ def _sync():
         torch.cuda.synchronize()  # device ops complete on the stream
 
 
-def _time(fn, iters: int, group) -> float:
+def _time(fn, iters: int, group) -> tuple[float, float]:
     """Seconds per op: the slowest rank's average over `iters` blocking calls
-    (for device tensors, until the device has the results)."""
+    (for device tensors, until the device has the results); and the CPU
+    seconds per op of all ranks together (each process's user and system
+    time over its timed loop, every thread included)."""
     _sync()
     dist.barrier(group=group)
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
     _sync()
-    dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    t1 = time.perf_counter()
+    cpu = time.process_time() - c0
+    dt = torch.tensor([(t1 - t0) / iters], dtype=torch.float64)
     dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
-    return float(dt.item())
+    c = torch.tensor([cpu / iters], dtype=torch.float64)
+    dist.all_reduce(c, group=group)
+    return float(dt.item()), float(c.item())
 
 
 def _group_with(var: str, value: str):
@@ -144,6 +151,7 @@ def run(args) -> list[dict]:
             _header(op, list(groups), goodput)
         current = op
         times = {name: [] for name in groups}
+        cpus = {name: [] for name in groups}
         runners = {}
         algorithm = None
         for name, g in groups.items():
@@ -154,25 +162,35 @@ def run(args) -> list[dict]:
             if name == "gloo+bf16hook":
                 runners[name] = _bf16_hook_runner(b["buf"], g, world)
             # Warm up and pick an iteration count that fills ~target seconds.
-            warm = _time(runners[name], 2, g)
+            warm, _ = _time(runners[name], 2, g)
             runners[name + ":iters"] = max(args.min_iters, min(args.max_iters, int(args.target / max(warm, 1e-6))))
         for rnd in range(args.rounds):
             order = list(groups) if rnd % 2 == 0 else list(reversed(groups))
             for name in order:
-                times[name].append(_time(runners[name], runners[name + ":iters"], groups[name]))
+                t, c = _time(runners[name], runners[name + ":iters"], groups[name])
+                times[name].append(t)
+                cpus[name].append(c)
         row = {"op": op, "bytes": size, "world": world}
         if goodput:
             row["goodput_GBps"] = goodput
         for name in groups:
             t = median(times[name])
             algbw = size / t / 1e9
+            # CPU: all ranks' CPU time per op, and the cores that kept busy
+            # (CPU time over wall time: against the host's cores when the
+            # ranks share one, as in a network lab).
+            cpu = median(cpus[name])
             row[name] = {"time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * BUSBW[op](world),
-                         "rounds_us": [x * 1e6 for x in times[name]], "iters": runners[name + ":iters"]}
+                         "rounds_us": [x * 1e6 for x in times[name]], "iters": runners[name + ":iters"],
+                         "cpu_us_per_op": cpu * 1e6, "cores_busy": median(
+                             [c / x for c, x in zip(cpus[name], times[name])])}
         if algorithm:
             row["mccl"]["algorithm"] = algorithm
         records.append(row)
         if rank == 0:
             _row(row, list(groups))
+            if getattr(args, "cpu", False):
+                _cpu_row(row, list(groups))
         prog.step(f"{op} {fmt_size(size)}")
     extra = {"dtype": args.dtype, "device": args.device, "rounds": args.rounds}
     if getattr(args, "startup", None):
@@ -192,6 +210,12 @@ def run(args) -> list[dict]:
         write_json(args.json, metadata(extra), records)
         print(f"# wrote {args.json}", flush=True)
     return records
+
+
+def _cpu_row(row: dict, names: list[str]):
+    cells = ", ".join(f"{n} {row[n]['cpu_us_per_op']:,.1f} µs ({row[n]['cores_busy']:.1f} cores busy)"
+                      for n in names)
+    print(f"{'':>10}   CPU per op, all ranks: {cells}", flush=True)
 
 
 def _ratios(names: list[str]) -> list[tuple[str, str, str]]:
