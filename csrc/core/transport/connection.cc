@@ -238,16 +238,17 @@ void Connection::queueAbort(const FrameHeader& h, const Error& why, bool termina
       if (it->second) droppedRefs.push_back(it->second);
       pendingRefs_.erase(it);
     }
-    // The text lives as long as the connection: the frame points into it.
-    const std::string& text = abortTexts_.emplace_back(std::string(why.what()).substr(0, kMaxAbortMessage));
+    // The frame owns its text: freed once it is written (or dropped).
+    auto text = std::make_shared<const std::string>(std::string(why.what()).substr(0, kMaxAbortMessage));
     FrameHeader a = h;
     a.type = FrameType::kAbort;
     a.slot = static_cast<uint32_t>(why.kind());  // the receiver re-raises the same kind
-    a.length = static_cast<uint32_t>(text.size());
+    a.length = static_cast<uint32_t>(text->size());
     SendFrame f;
     encodeFrame(a, f.header);
-    f.payload = text.data();
-    f.length = text.size();
+    f.payload = text->data();
+    f.length = text->size();
+    f.owned = std::move(text);
     queue_.push_back(f);
     if (terminal) closeQueued_ = endingAbort_ = true;
   }

@@ -75,6 +75,9 @@ struct SendFrame {
   bool byRef = false;  // a REF frame: the descriptor goes on the wire, not the payload
   uint8_t desc[kRefDescriptorBytes] = {};
   uint8_t tag[kAeadTagBytes] = {};  // sealed connections (send thread)
+  // The payload when the frame owns it (an ABORT's text): freed with the
+  // last copy of the frame, once it is written or dropped.
+  std::shared_ptr<const std::string> owned;
 
   const uint8_t* wirePayload() const {
     return byRef ? desc : static_cast<const uint8_t*>(payload);
@@ -224,7 +227,6 @@ class Connection {
   bool closeQueued_ = false;
   bool endingAbort_ = false;  // a terminal ABORT is queued
   bool writing_ = false;  // a thread is writing to the socket
-  std::deque<std::string> abortTexts_;  // payloads of ABORT frames (kept: frames point into them)
   bool stopping_ = false;
   std::unique_ptr<Error> error_;  // first failure, guarded by mu_
 
