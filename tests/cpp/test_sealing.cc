@@ -2,7 +2,8 @@
 // connections exchange frames of every size exactly, encrypted payloads do
 // not appear on the wire, and a fake peer that holds the right key still
 // cannot alter, replay or reorder a frame, nor inject one without the key:
-// each ends the link as a protocol fault before the frame is delivered.
+// each ends the link as a protocol fault before the frame is delivered (and,
+// below 64 KiB, before it is written anywhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -161,8 +162,32 @@ TEST(Sealing, AlteredReplayedOrInjectedFramesEndTheLinkBeforeDelivery) {
       EXPECT_NE(err.find("connection to rank 1"), std::string::npos) << err;
       std::lock_guard<std::mutex> lock(rig.sink.mu);
       EXPECT_EQ(rig.sink.done.size(), expectFrames) << "a frame that fails is never delivered";
+      // Nor does it reach a posted buffer: a frame below 64 KiB is checked
+      // before the sink is asked where it goes.
+      EXPECT_EQ(rig.sink.dests, static_cast<int>(expectFrames)) << "attack " << static_cast<int>(attack);
+      EXPECT_EQ(rig.sink.aborted, 0);
       if (expectFrames == 1) EXPECT_EQ(rig.sink.done[0], payload);
     }
+  }
+}
+
+TEST(Sealing, ALargeAlteredFrameIsAbortedWhereItLanded) {
+  if (!haveCrypto()) return;
+  // From 64 KiB a frame is opened as it lands in its destination and the
+  // tag checked at the end: an altered one is aborted there, never done.
+  for (bool encrypt : {false, true}) {
+    Rig rig(0, Digest{}, [&](Connection& c) { c.enableSealing(encrypt, keyOf(6), keyOf(5)); });
+    Aead peer(keyOf(5));
+    const size_t n = 200003;
+    auto bytes = sealedFrame(peer, dataHeader(static_cast<uint32_t>(n)), pattern(n, 1), encrypt);
+    bytes[kFrameHeaderBytes + n / 2] ^= 0x40;
+    rig.send(bytes);
+    std::string err = rig.sink.waitEnd();
+    EXPECT_NE(err.find("failed authentication"), std::string::npos) << err;
+    std::lock_guard<std::mutex> lock(rig.sink.mu);
+    EXPECT_EQ(rig.sink.dests, 1);
+    EXPECT_EQ(rig.sink.aborted, 1);
+    EXPECT_TRUE(rig.sink.done.empty());
   }
 }
 

@@ -448,14 +448,15 @@ void Connection::writeSealed(std::vector<SendFrame>& batch) {
   flush();
 }
 
-void Connection::openBuffered(const uint8_t* header, size_t len) {
+void Connection::openBuffered(const uint8_t* header, size_t len, const FrameHeader* h) {
   fill(len + kAeadTagBytes);
   uint8_t* p = rbuf_.data() + rstart_;
   if (opener_->open(header, kFrameHeaderBytes, p, len, encrypt_, p + len)) {
     opened_.fetch_add(1, std::memory_order_relaxed);
   } else {
     protocolFault_ = true;
-    throwError(ErrorKind::kRemote, name_, ": a frame failed authentication (MCCL_WIRE_SECURITY): "
+    throwError(ErrorKind::kRemote, name_, ": ", h ? h->describe() : std::string("a frame"),
+               " failed authentication (MCCL_WIRE_SECURITY): "
                "forged, altered, replayed or reordered on the way, or the peer's keys differ");
   }
 }
@@ -562,10 +563,22 @@ bool Connection::readFrame() {
     refToken = getLE<uint64_t>(rbuf_.data() + rstart_ + 8);
     rstart_ += kRefDescriptorBytes + tagBytes;
   }
+  // A sealed frame that fits the read buffer's direct-read limit is opened
+  // and its tag checked there before the sink is asked where it goes: a
+  // forged or altered one never reaches a posted buffer. Larger ones are
+  // opened as they land in the destination, the tag checked at the end (a
+  // failed one is aborted there: its op fails, and the bytes written into
+  // its buffer are the forger's).
+  const bool verifiedFirst = opener_ && !byRef && h.length < kDirectReadMin;
+  if (verifiedFirst) openBuffered(raw, h.length, &h);
   uint8_t* base = nullptr;
   sinkCall([&] { base = static_cast<uint8_t*>(sink_.payloadDest(*this, h)); });
   try {
-    if (byRef) {
+    if (verifiedFirst) {
+      afterLarge_ = false;
+      if (h.length > 0) std::memcpy(base, rbuf_.data() + rstart_, h.length);
+      rstart_ += h.length + kAeadTagBytes;
+    } else if (byRef) {
       afterLarge_ = false;  // only the descriptor came over the socket
       try {
         peerMemory_.read(refAddr, base, h.length);

@@ -182,8 +182,9 @@ class Connection {
   // The error of a frame posted while this end closes or aborts.
   Error closing() const;
   // Sealing: opens `len` buffered payload bytes at rstart_ (and the tag after
-  // them, which it fills) in place; a protocol fault when the tag fails.
-  void openBuffered(const uint8_t* header, size_t len);
+  // them, which it fills) in place; a protocol fault when the tag fails
+  // (naming `h` when given).
+  void openBuffered(const uint8_t* header, size_t len, const FrameHeader* h = nullptr);
   // Reads the tag of a payload opened piece by piece and checks it.
   bool closeOpened();
   // Seals and writes a batch (send thread).
