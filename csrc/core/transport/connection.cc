@@ -12,7 +12,6 @@
 #include "util/check.h"
 #include "util/crc32c.h"
 #include "util/logging.h"
-#include "util/trace.h"
 
 namespace mccl {
 namespace {
@@ -531,9 +530,6 @@ bool Connection::readFrame() {
     return true;
   }
   const bool byRef = h.type == FrameType::kRef;
-  if ((h.type == FrameType::kData || byRef) && !h.isP2P()) {
-    trace::record(trace::Ev::kFrameRead, peer_, h.group, h.seq, h.slot);
-  }
   if (h.type != FrameType::kData && !byRef) {
     std::string text;
     if (opener_) openBuffered(raw, h.length);  // bounded by kMaxAbortMessage < kReadBuffer
@@ -570,12 +566,14 @@ bool Connection::readFrame() {
   // failed one is aborted there: its op fails, and the bytes written into
   // its buffer are the forger's).
   const bool verifiedFirst = opener_ && !byRef && h.length < kDirectReadMin;
-  if (verifiedFirst) openBuffered(raw, h.length, &h);
+  if (verifiedFirst) {
+    afterLarge_ = false;  // fill greedily again: the next frame is likely small too
+    openBuffered(raw, h.length, &h);
+  }
   uint8_t* base = nullptr;
   sinkCall([&] { base = static_cast<uint8_t*>(sink_.payloadDest(*this, h)); });
   try {
     if (verifiedFirst) {
-      afterLarge_ = false;
       if (h.length > 0) std::memcpy(base, rbuf_.data() + rstart_, h.length);
       rstart_ += h.length + kAeadTagBytes;
     } else if (byRef) {
