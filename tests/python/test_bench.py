@@ -39,10 +39,11 @@ def test_collective_sweep_json_and_table(tmp_path):
     for r in rows:
         for b in ("mccl", "gloo"):
             assert r[b]["time_us"] > 0 and r[b]["busbw_GBps"] >= 0, r
-            # CPU of the three ranks together (one round, so the busy cores
-            # are this CPU time over this time). No upper bound: each rank
-            # counts its own loop, and loops of a few ops start apart.
+            # CPU of the three ranks together, and the busy cores: that over
+            # the time per op. No upper bound: each rank counts its own loop,
+            # and loops of a few ops start apart.
             assert r[b]["cpu_us_per_op"] > 0 and r[b]["cores_busy"] > 0, r
+            assert r[b]["cpu_rounds_us"] == [r[b]["cpu_us_per_op"]], r
             busy = r[b]["cpu_us_per_op"] / r[b]["time_us"]
             assert abs(busy - r[b]["cores_busy"]) <= 1e-6 * busy, r
     assert text.count("CPU per op, all ranks: mccl ") == len(rows), text
@@ -309,6 +310,26 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
                  "call_entered -> submitted", "submitted -> op_start"):
         assert turn[step]["n"] > 0, step
     assert "recursive doubling, round 1:" in out and "spread of the starts" in out
+
+
+def test_trace_report_matches_frames_by_group_rank_in_a_subgroup(tmp_path):
+    # Ranks 1..3 of four in a group of their own: their connections are the
+    # world's (family ranks 1..3), their rounds name group ranks 0..2. Each
+    # exchanging rank must still find its partner's frame of every round.
+    from conftest import run_workers
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    run_workers("trace_subgroup.py", 4, env={"MCCL_TRACE_DIR": str(trace),
+                                              "MCCL_ALGO": "allreduce=recursive_doubling"})
+    assert len(list(trace.glob("mccl-trace-*.txt"))) == 4
+    bench("trace-report", str(trace), "--json", str(tmp_path / "r.json"))
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["ranks"] == 3 and rep["ops"] == 60 - 6, rep
+    assert rep["warnings"] == [], rep["warnings"]
+    r1 = rep["recursive_doubling_rounds"]["1"]
+    assert r1["own send"]["n"] == 2 * rep["ops"], r1
+    assert r1["partner posted -> frame read"]["n"] == 2 * rep["ops"], r1
+    assert r1["frame read -> resumed"]["n"] == 2 * rep["ops"], r1
 
 
 def test_trace_report_refuses_what_is_not_a_trace(tmp_path):

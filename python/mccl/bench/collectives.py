@@ -176,14 +176,14 @@ def run(args) -> list[dict]:
         for name in groups:
             t = median(times[name])
             algbw = size / t / 1e9
-            # CPU: all ranks' CPU time per op, and the cores that kept busy
-            # (CPU time over wall time: against the host's cores when the
-            # ranks share one, as in a network lab).
+            # CPU: all ranks' CPU time per op (median over rounds), and the
+            # cores that kept busy: that over the time per op (against the
+            # host's cores when the ranks share one, as in a network lab).
             cpu = median(cpus[name])
             row[name] = {"time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * BUSBW[op](world),
                          "rounds_us": [x * 1e6 for x in times[name]], "iters": runners[name + ":iters"],
-                         "cpu_us_per_op": cpu * 1e6, "cores_busy": median(
-                             [c / x for c, x in zip(cpus[name], times[name])])}
+                         "cpu_us_per_op": cpu * 1e6, "cpu_rounds_us": [c * 1e6 for c in cpus[name]],
+                         "cores_busy": cpu / t}
         if algorithm:
             row["mccl"]["algorithm"] = algorithm
         records.append(row)
