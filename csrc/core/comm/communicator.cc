@@ -6,6 +6,7 @@
 #include "comm/op_context.h"
 #include "util/check.h"
 #include "util/logging.h"
+#include "util/trace.h"
 
 namespace mccl {
 
@@ -491,7 +492,9 @@ void* Communicator::payloadDest(Connection&, const FrameHeader& h) {
   // A failed group's frames (a peer's last sends before it learnt) are read
   // and dropped: the connection may serve a shrunk group next.
   if (poisoned() || retired_.load()) return discardBuffer(h.length);
-  return matching_.incoming(toGroup(h));
+  const FrameHeader g = toGroup(h);
+  if (!g.isP2P()) trace::record(trace::Ev::kFrameRead, static_cast<int>(g.src), g.group, g.seq, g.slot);
+  return matching_.incoming(g);
 }
 
 void Communicator::payloadDone(Connection&, const FrameHeader& h, void* dst) {

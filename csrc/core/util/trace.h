@@ -13,7 +13,9 @@
 //   round_sent           ... and returned from posting its send (written inline
 //                        when the socket was idle)
 //   round_resumed        ... and resumed with the partner's data in place
-//   frame_read           a connection's receive thread decoded a DATA header
+//   frame_read           a connection's receive thread is about to read a
+//                        collective's DATA payload or REF descriptor for this group
+//                        (`who` is the sender's rank in the group)
 //   work_done            the torch Work of an op was marked complete
 //   wait_returned        Work.wait() returned to its caller
 //   call_entered         a torch ProcessGroup call entered MCCL

@@ -17,9 +17,7 @@ events are named as warnings), it reports:
   inline write included), the partner's post to this rank's reading of its
   frame, that frame's reading to the op resuming, how far apart the two
   partners posted, and how often the op resumed on the thread that read the
-  frame. Frames are matched to rounds by the connection's peer rank, which
-  is the group rank in the default group; in other groups those rows may be
-  missing.
+  frame (frames are matched to rounds by the sender's rank in the group).
 """
 
 from __future__ import annotations
