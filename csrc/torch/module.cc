@@ -304,6 +304,11 @@ PYBIND11_MODULE(_C, m) {
       py::arg("bytes"), py::arg("n"), py::arg("model"),
       "The radix of MCCL's Bruck all-reduce for `bytes` on n ranks under this cost model");
   m.def(
+      "rd_leaders",
+      [](size_t bytes, int n, py::dict model) { return mccl::algo::rdLeaders(costModelFrom(model), bytes, n); },
+      py::arg("bytes"), py::arg("n"), py::arg("model"),
+      "The leaders of MCCL's recursive-doubling all-reduce for `bytes` on n ranks under this cost model");
+  m.def(
       "chosen_algorithm",
       [](const std::string& op, size_t bytes, int n, py::dict model) {
         // What a group of n ranks with this model chooses (this process's

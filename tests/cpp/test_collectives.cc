@@ -163,6 +163,47 @@ TEST(Allreduce, BruckEveryRadixOnLargeGroups) {
     }, std::chrono::seconds(300));
   }
 }
+// Recursive doubling on every number of leaders the cost model can pick
+// (blocks of 1 to 64 ranks folded into each leader), on odd, prime and large
+// groups: exact against the references, and float32 sums whose value
+// depends on the order bit-identical on every rank.
+TEST(Allreduce, RecursiveDoublingEveryLeaderCount) {
+  struct Case {
+    int n, p;
+  };
+  for (Case c : std::vector<Case>{{2, 2}, {3, 1}, {3, 2}, {5, 1}, {5, 2}, {5, 4}, {7, 2}, {12, 4},
+                                  {12, 8}, {17, 1}, {17, 16}, {24, 4}, {24, 8}, {24, 16}, {33, 2},
+                                  {33, 32}, {48, 16}, {64, 1}, {64, 64}}) {
+    CostModel m;
+    bool found = false;
+    for (double alpha : {0.0, 1.0, 3.0, 10.0, 20.0, 30.0, 60.0, 100.0, 300.0, 1e3, 1e4}) {
+      for (double o : {1.0, 3.0, 10.0, 33.0, 100.0}) {
+        CostModel t{.alphaUs = alpha, .overheadUs = o, .betaNsPerByte = 0.8, .gammaNsPerByte = 0.1};
+        if (!found && algo::rdLeaders(t, 8, c.n) == c.p) {
+          m = t;
+          found = true;
+        }
+      }
+    }
+    ASSERT_TRUE(found) << "no model picks " << c.p << " leaders on " << c.n << " ranks";
+    std::vector<std::vector<float>> got(static_cast<size_t>(c.n));
+    runRanks(c.n, [&](Communicator& comm) {
+      ASSERT_EQ(algo::rdLeaders(comm.model(), 8, comm.size()), c.p);
+      int salt = 0;
+      for (DataType dt : {DataType::kInt64, DataType::kFloat64, DataType::kBFloat16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          if (!reduceSupported(dt, op)) continue;
+          for (size_t count : {size_t{0}, size_t{1}, size_t{13}}) checkAllreduce(comm, dt, op, count, ++salt);
+        }
+      }
+      got[static_cast<size_t>(comm.rank())] = allreduceOrderSensitive(comm, 2);
+    }, [&](CommConfig& cfg) {
+      cfg.algo = "allreduce=recursive_doubling";
+      cfg.model = m;
+    }, std::chrono::seconds(300));
+    expectBitIdentical(got);
+  }
+}
 TEST(Allreduce, Rabenseifner) { allreduceSweep("allreduce=rabenseifner"); }
 TEST(Allreduce, RabenseifnerPipelined) { allreduceSweep("allreduce=rabenseifner", pipelined); }
 

@@ -200,6 +200,36 @@ TEST(CostModel, TorusForLargeBuffersOnLargeFleets) {
 
 // Recursive multiplying's plan: a base of n/2 to n ranks with factors 2, 3,
 // 5 and 7 (their product), the fewest costly rounds under the model.
+TEST(CostModel, RecursiveDoublingLeaders) {
+  CostModel m;  // built-in: a = 30 us, o = 10 us
+  // Powers of two keep every rank a leader; 24 ranks fold three into each of
+  // 8 leaders (five steps: 5a + 12o) rather than two into 16 (six: 6a + 12o);
+  // the reductions add a few ns.
+  EXPECT_EQ(algo::rdLeaders(m, 8, 16), 16);
+  EXPECT_EQ(algo::rdLeaders(m, 8, 24), 8);
+  EXPECT_NEAR(algo::recursiveDoublingSeconds(m, 8, 24, 16), 6 * (30e-6 + 2 * 10e-6), 1e-8);
+  EXPECT_NEAR(algo::recursiveDoublingSeconds(m, 8, 24, 8), 5 * 30e-6 + 12 * 10e-6, 1e-8);
+  EXPECT_NEAR(algo::recursiveDoublingSeconds(m, 8, 24, 4), 4 * 30e-6 + 16 * 10e-6, 1e-8);
+  // Latency far above the per-message cost: one leader (in and out) beats
+  // three rounds on 8 ranks.
+  CostModel slow{.alphaUs = 5000, .overheadUs = 10, .betaNsPerByte = 0.8, .gammaNsPerByte = 0.1};
+  EXPECT_EQ(algo::rdLeaders(slow, 8, 8), 1);
+  // Large buffers: a leader's g-1 buffers in cost (g-1) x b, so the classic
+  // fold comes back.
+  EXPECT_EQ(algo::rdLeaders(m, 64 << 20, 24), 16);
+  // The chosen plan is the cheapest of every power of two, on any n.
+  for (const CostModel& model : {m, slow}) {
+    for (int n = 1; n <= 200; ++n) {
+      for (size_t bytes : {size_t{0}, size_t{8}, size_t{4} << 10, size_t{1} << 20}) {
+        const int p = algo::rdLeaders(model, bytes, n);
+        ASSERT_TRUE(p >= 1 && p <= n && (p & (p - 1)) == 0) << n << " " << p;
+        const double t = algo::allreduceRecursiveDoublingSeconds(model, bytes, n, 1 << 20);
+        for (int q = 1; q <= n; q *= 2) ASSERT_LE(t, algo::recursiveDoublingSeconds(model, bytes, n, q)) << n;
+      }
+    }
+  }
+}
+
 TEST(CostModel, RecursiveMultiplyingPlans) {
   CostModel m;  // built-in
   for (int n = 1; n <= 200; ++n) {
@@ -218,16 +248,18 @@ TEST(CostModel, RecursiveMultiplyingPlans) {
   EXPECT_EQ(algo::radixPlan(m, 8, 3).factors, (std::vector<int>{3}));
   // 47 is prime: a base with small factors, the other ranks folded in.
   EXPECT_LT(algo::radixPlan(m, 8, 47).base, 47);
-  // Fewer rounds than recursive doubling's fold where n is not a power of
-  // two.
+  // Fewer rounds than recursive doubling's classic fold (blocks of two onto
+  // 16 ranks) where n is not a power of two.
   EXPECT_LT(algo::allreduceRecursiveMultiplyingSeconds(m, 8, 24, 1 << 20),
-            algo::allreduceRecursiveDoublingSeconds(m, 8, 24, 1 << 20));
-  // Where its plan is recursive doubling's (all twos on a power of two), so
-  // is its cost, to the bit, under any model and size; the selector then
-  // keeps recursive doubling (earlier in the table) and never runs the same
-  // schedule with more scratch. Models: built-in, the 24- and 32-host lab
-  // fits, a slow network per message. (On 4096 ranks the built-in model
-  // finds 3^7 ranks plus the fold cheaper than twelve rounds of two.)
+            algo::recursiveDoublingSeconds(m, 8, 24, 16));
+  // Never dearer than that classic plan, which its plans include; where its
+  // plan is recursive doubling's (all twos on a power of two, and recursive
+  // doubling keeps every rank a leader), so is its cost, to the bit, under
+  // any model and size; the selector then keeps recursive doubling (earlier
+  // in the table) and never runs the same schedule with more scratch.
+  // Models: built-in, the 24- and 32-host lab fits, a slow network per
+  // message. (On 4096 ranks the built-in model finds 3^7 ranks plus the
+  // fold cheaper than twelve rounds of two.)
   CostModel lab24{.alphaUs = 23.9, .overheadUs = 33.3, .betaNsPerByte = 8.13, .gammaNsPerByte = 0.1};
   CostModel lab32{.alphaUs = 1.0, .overheadUs = 22.69, .betaNsPerByte = 7.98, .gammaNsPerByte = 0.60};
   CostModel slow{.alphaUs = 5000, .overheadUs = 10, .betaNsPerByte = 0.8, .gammaNsPerByte = 0.1};
@@ -236,8 +268,9 @@ TEST(CostModel, RecursiveMultiplyingPlans) {
       for (size_t bytes : {size_t{8}, size_t{1} << 10, size_t{4} << 10, size_t{16} << 10, size_t{64} << 10}) {
         const algo::RadixPlan plan = algo::radixPlan(model, bytes, n);
         ASSERT_LE(algo::allreduceRecursiveMultiplyingSeconds(model, bytes, n, 1 << 20),
-                  algo::allreduceRecursiveDoublingSeconds(model, bytes, n, 1 << 20));
+                  algo::recursiveDoublingSeconds(model, bytes, n, n));
         if (plan.factors != std::vector<int>(static_cast<size_t>(std::log2(n)), 2)) continue;
+        if (algo::rdLeaders(model, bytes, n) != n) continue;
         ASSERT_EQ(algo::allreduceRecursiveMultiplyingSeconds(model, bytes, n, 1 << 20),
                   algo::allreduceRecursiveDoublingSeconds(model, bytes, n, 1 << 20))
             << n << " ranks, " << bytes << " bytes";

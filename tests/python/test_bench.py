@@ -263,15 +263,19 @@ def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
 
 
 def test_trace_report_breaks_down_recursive_doubling(tmp_path):
-    # Three ranks (an odd world: rank 0 folds onto rank 1, which exchanges
-    # with rank 2 in one round), each writing its events at exit.
+    # Six ranks under the built-in model: two blocks of three fold into their
+    # last ranks (2 and 5), which exchange in one round and send the result
+    # back; each rank writes its events at exit.
+    import mccl
     from mccl.bench import trace_report
+    assert mccl._C.rd_leaders(8, 6, mccl._C.cost_model_defaults()) == 2
     trace = tmp_path / "trace"
     trace.mkdir()
-    bench("--nproc", "3", "--ops", "all_reduce", "--sizes", "8", "--rounds", "1", "--vs", "none",
-          env={"MCCL_TRACE_DIR": str(trace), "MCCL_ALGO": "allreduce=recursive_doubling"})
+    bench("--nproc", "6", "--ops", "all_reduce", "--sizes", "8", "--rounds", "1", "--vs", "none",
+          env={"MCCL_TRACE_DIR": str(trace), "MCCL_ALGO": "allreduce=recursive_doubling",
+               "MCCL_TUNE_FILE": os.devnull})
     files = sorted(trace.glob("mccl-trace-*.txt"))
-    assert len(files) == 3, files
+    assert len(files) == 6, files
     per_rank = {}
     for f in files:
         ev, dropped = trace_report.read_file(str(f))
@@ -279,11 +283,13 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
         starts = [e for e in ev if e[1] == "op_start"]
         assert starts and len(starts) == sum(e[1] == "op_end" for e in ev), f
         per_rank[starts[-1][2]] = ev
-    assert sorted(per_rank) == [0, 1, 2]
-    # The fold: rank 0 runs no round; ranks 1 and 2 are each other's partner
-    # in round 1 of every op, and each reads the other's round-1 frame.
-    assert not any(e[1] == "round_posted" for e in per_rank[0])
-    for me, peer in ((1, 2), (2, 1)):
+    assert sorted(per_rank) == list(range(6))
+    # The fold: ranks 0, 1, 3 and 4 run no round; the leaders 2 and 5 are
+    # each other's partner in round 1 of every op, and each reads the
+    # other's round-1 frame.
+    for r in (0, 1, 3, 4):
+        assert not any(e[1] == "round_posted" for e in per_rank[r]), r
+    for me, peer in ((2, 5), (5, 2)):
         rounds = [e for e in per_rank[me] if e[1] == "round_posted"]
         assert rounds and {(e[2], e[5]) for e in rounds} == {(peer, 1)}
         read = {(e[3], e[4]) for e in per_rank[me] if e[1] == "frame_read" and e[2] == peer and e[5] == 1}
@@ -296,7 +302,7 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
     # dropped as warm-up.
     ours = sum(1 for e in per_rank[0] if e[1] == "op_start" and e[5] == (1 << 8 | 2))
     assert (rep["op"], rep["algorithm"]) == ("allreduce", "recursive_doubling")
-    assert rep["ranks"] == 3 and rep["ops"] == ours - int(ours * 0.1) and rep["ops"] > 10
+    assert rep["ranks"] == 6 and rep["ops"] == ours - int(ours * 0.1) and rep["ops"] > 10
     assert rep["warnings"] == []
     assert list(rep["recursive_doubling_rounds"]) == ["1"]
     r1 = rep["recursive_doubling_rounds"]["1"]
@@ -313,23 +319,24 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
 
 
 def test_trace_report_matches_frames_by_group_rank_in_a_subgroup(tmp_path):
-    # Ranks 1..3 of four in a group of their own: their connections are the
-    # world's (family ranks 1..3), their rounds name group ranks 0..2. Each
-    # exchanging rank must still find its partner's frame of every round.
+    # Ranks 1..4 of five in a group of their own: their connections are the
+    # world's (family ranks 1..4), their rounds name group ranks 0..3. Every
+    # rank must still find its partner's frame in both rounds.
     from conftest import run_workers
     trace = tmp_path / "trace"
     trace.mkdir()
-    run_workers("trace_subgroup.py", 4, env={"MCCL_TRACE_DIR": str(trace),
+    run_workers("trace_subgroup.py", 5, env={"MCCL_TRACE_DIR": str(trace), "MCCL_TUNE_FILE": os.devnull,
                                               "MCCL_ALGO": "allreduce=recursive_doubling"})
-    assert len(list(trace.glob("mccl-trace-*.txt"))) == 4
+    assert len(list(trace.glob("mccl-trace-*.txt"))) == 5
     bench("trace-report", str(trace), "--json", str(tmp_path / "r.json"))
     rep = json.loads((tmp_path / "r.json").read_text())
-    assert rep["ranks"] == 3 and rep["ops"] == 60 - 6, rep
+    assert rep["ranks"] == 4 and rep["ops"] == 60 - 6, rep
     assert rep["warnings"] == [], rep["warnings"]
-    r1 = rep["recursive_doubling_rounds"]["1"]
-    assert r1["own send"]["n"] == 2 * rep["ops"], r1
-    assert r1["partner posted -> frame read"]["n"] == 2 * rep["ops"], r1
-    assert r1["frame read -> resumed"]["n"] == 2 * rep["ops"], r1
+    assert sorted(rep["recursive_doubling_rounds"]) == ["1", "2"], rep
+    for r in rep["recursive_doubling_rounds"].values():
+        assert r["own send"]["n"] == 4 * rep["ops"], r
+        assert r["partner posted -> frame read"]["n"] == 4 * rep["ops"], r
+        assert r["frame read -> resumed"]["n"] == 4 * rep["ops"], r
 
 
 def test_trace_report_refuses_what_is_not_a_trace(tmp_path):

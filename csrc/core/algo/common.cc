@@ -64,6 +64,15 @@ Task foldOut(OpContext& ctx, const Fold& f, uint8_t* buf, size_t bytes, uint32_t
   co_await ctx.wait(s);
 }
 
+Blocks::Blocks(int n, int leaders) : p(leaders), q(n / leaders), extra(n % leaders) {
+  MCCL_CHECK(leaders >= 1 && leaders <= n, "blocks of ", n, " ranks under ", leaders, " leaders");
+}
+
+int Blocks::blockOf(int rank) const {
+  const int big = extra * (q + 1);  // ranks in the larger blocks
+  return rank < big ? rank / (q + 1) : extra + (rank - big) / q;
+}
+
 uint32_t slotId(uint64_t value) {
   MCCL_USAGE_CHECK(value <= UINT32_MAX, "message too large for its pipeline: slot ", value,
                    " does not fit 32 bits; raise MCCL_CHUNK_BYTES");

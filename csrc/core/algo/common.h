@@ -66,6 +66,20 @@ Task foldIn(OpContext& ctx, const Fold& f, uint8_t* buf, uint8_t* tmp, size_t co
             ReduceOp op, uint32_t inSlot);
 Task foldOut(OpContext& ctx, const Fold& f, uint8_t* buf, size_t bytes, uint32_t backSlot);
 
+// Recursive doubling's wider fold (rdLeaders, model.h): n ranks in p
+// contiguous blocks whose sizes differ by at most one (the larger first);
+// the last rank of each block leads it. With p the largest power of two
+// <= n this is Fold's layout: blocks of two (an even rank and the odd one
+// above it) and then single ranks.
+struct Blocks {
+  Blocks(int n, int p);
+  int p, q, extra;  // q = n / p; blocks below `extra` have q + 1 ranks
+  int start(int v) const { return v * q + (v < extra ? v : extra); }
+  int size(int v) const { return q + (v < extra ? 1 : 0); }
+  int leader(int v) const { return start(v) + size(v) - 1; }
+  int blockOf(int rank) const;
+};
+
 // Scales `count` elements of `src` into `dst` for PREMUL_SUM (dst may be src).
 void premul(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op, double factor);
 

@@ -147,16 +147,50 @@ int smallFactors(int base, int* out) {
   return base == 1 ? k : -1;
 }
 
+// Recursive doubling on p leaders of n ranks (blocks of at most g =
+// ceil(n/p) ranks): the blocks' buffers in (g-1 messages into a leader,
+// each reduced), log2(p) exchange rounds, the result out (g-1 messages from
+// a leader). A leader pays o for each of its g-1 messages and the member
+// one for its own, so a fold step costs a + max(g*o, (g-1)*x*b); with
+// blocks of at most two this is stepSeconds, and the whole plan is
+// multiplyingSeconds' fold and rounds of two, to the bit.
+double leadersSeconds(const CostModel& m, double bytes, int n, int p) {
+  const int g = (n + p - 1) / p;
+  double t = 0.0;
+  if (g > 1) {
+    const double a = m.alphaUs * 1e-6, o = m.overheadUs * 1e-6;
+    const double b = m.betaNsPerByte * 1e-9, gam = m.gammaNsPerByte * 1e-9, k = g - 1;
+    t += a + std::max(g * o, k * bytes * b) + k * bytes * gam;  // in, reduced
+    t += a + std::max(g * o, k * bytes * b);                     // out
+  }
+  for (int q = 1; q < p; q *= 2) t += fan(m, 1, bytes, 1);
+  return t;
+}
+
 }  // namespace
+
+int rdLeaders(const CostModel& m, size_t bytes, int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  int best = p;
+  double bestTime = leadersSeconds(m, static_cast<double>(bytes), n, p);
+  for (int q = p / 2; q >= 1; q /= 2) {
+    const double t = leadersSeconds(m, static_cast<double>(bytes), n, q);
+    if (t < bestTime) {
+      best = q;
+      bestTime = t;
+    }
+  }
+  return best;
+}
+
+double recursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, int leaders) {
+  return n <= 1 ? 0.0 : leadersSeconds(m, static_cast<double>(bytes), n, leaders);
+}
 
 double allreduceRecursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   if (n <= 1) return 0.0;
-  int p = 1, twos[32], rounds = 0;
-  while (p * 2 <= n) {
-    p *= 2;
-    twos[rounds++] = 2;
-  }
-  return multiplyingSeconds(m, static_cast<double>(bytes), n, p, twos, static_cast<size_t>(rounds));
+  return leadersSeconds(m, static_cast<double>(bytes), n, rdLeaders(m, bytes, n));
 }
 
 RadixPlan radixPlan(const CostModel& m, size_t bytes, int n) {

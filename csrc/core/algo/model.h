@@ -41,6 +41,15 @@ struct RadixPlan {
 };
 constexpr int kMaxMultiplyingFactor = 7;
 RadixPlan radixPlan(const CostModel& m, size_t bytes, int n);
+// Recursive doubling's leaders: the power of two p <= n whose plan is the
+// cheapest for `bytes` on n ranks (Blocks, common.h: n ranks in p blocks,
+// each block's ranks hand their buffers to its last rank, the p leaders run
+// log2(p) rounds and send the result back). The largest p is the classic
+// fold (blocks of at most two); a smaller one trades rounds for messages
+// into and out of each leader. Ties go to the larger p.
+int rdLeaders(const CostModel& m, size_t bytes, int n);
+// Recursive doubling's time on `leaders` (a power of two <= n) of n ranks.
+double recursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, int leaders);
 double allreduceRecursiveMultiplyingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 // Recursive halving then doubling (allreduce_rabenseifner.cc), with the
 // fold of a non-power-of-two group.

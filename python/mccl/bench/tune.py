@@ -91,9 +91,12 @@ def run(args) -> dict:
     #   8 B recursive doubling  c + rounds * m    = t_rd
     #   8 B ring                c + 2(n-1) * m    = t_ring8
     #   8 B direct              c + a + 2(n-1) o  = t_direct
-    p = 1
-    while p * 2 <= n:
-        p *= 2
+    # Recursive doubling's dependent messages: log2(p) rounds among its p
+    # leaders (the built-in model's choice, as in these groups), plus the
+    # fold in and out when blocks of more than one rank fold into them. A
+    # fold of g ranks costs a + g*o rather than m; taking it as m puts the
+    # difference, 2(g-2)o, into c and ~2(g-2)o/(steps-rounds) into m.
+    p = mccl._C.rd_leaders(8, n, mccl._C.cost_model_defaults())
     rounds = (p.bit_length() - 1) + (0 if p == n else 2)
     steps = 2 * (n - 1)
     m = max(1.0, (t_ring8 - t_rd) * 1e6 / max(1, steps - rounds))
