@@ -2,6 +2,7 @@
 // collectives, timeouts, aborts; after a failure every later op fails fast.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "comm/abort_relay.h"
@@ -315,6 +316,7 @@ TEST(PeerProbeUnit, ProbesEachPeerOnceAfterTheDelayAndOnlyIfStillNeeded) {
                   [&](int r, Deadline) {
                     std::lock_guard<std::mutex> lock(mu);
                     dialled.push_back(r);
+                    return true;
                   });
   auto start = Clock::now();
   probe.expect(1);
@@ -334,6 +336,37 @@ TEST(PeerProbeUnit, ProbesEachPeerOnceAfterTheDelayAndOnlyIfStillNeeded) {
   probe.expect(0);  // after finish: nothing
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(dialled, std::vector<int>({1, 2}));
+}
+
+// A dial that proves nothing (a dropped handshake, a timeout) is dialled
+// again after the delay, while the probe is needed and up to kMaxDials
+// times; one that settles it is not.
+TEST(PeerProbeUnit, DialsAgainUntilADialSettlesIt) {
+  std::mutex mu;
+  std::vector<int> dialled;
+  std::atomic<bool> need2{true};
+  PeerProbe probe(4, std::chrono::milliseconds(20), std::chrono::milliseconds(100),
+                  [&](int r) { return r != 2 || need2.load(); },
+                  [&](int r, Deadline) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    dialled.push_back(r);
+                    const auto n = std::count(dialled.begin(), dialled.end(), r);
+                    if (r == 1) return n == 3;  // settled by its third dial
+                    if (r == 2 && n == 2) need2 = false;  // connected after its second
+                    return false;                          // rank 3 never settles
+                  });
+  probe.expect(1);
+  probe.expect(2);
+  probe.expect(3);
+  for (int i = 0; i < 1000 && probe.dialled() < 3 + 2 + PeerProbe::kMaxDials; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no more than that
+  probe.finish();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(std::count(dialled.begin(), dialled.end(), 1), 3);
+  EXPECT_EQ(std::count(dialled.begin(), dialled.end(), 2), 2);
+  EXPECT_EQ(std::count(dialled.begin(), dialled.end(), 3), PeerProbe::kMaxDials);
 }
 
 TEST(PeerShutdown, PendingOpFailsFastNamingThePeer) {

@@ -86,7 +86,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, const CommConfig& confi
            static_cast<uint32_t>(config.rank)),
       connectedOnce_(new std::atomic<bool>[static_cast<size_t>(config.size)]()),
       probe_(config.size, probeDelay(config.rank), std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
-             [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { probePeer(r, d); }) {}
+             [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { return probePeer(r, d); }) {}
 
 Communicator::Communicator(const CommConfig& config, std::shared_ptr<Links> links, uint64_t groupId,
                            std::vector<int> members, const CostModel& model,
@@ -114,7 +114,7 @@ Communicator::Communicator(const CommConfig& config, std::shared_ptr<Links> link
            static_cast<uint32_t>(members_[static_cast<size_t>(config.rank)])),
       connectedOnce_(new std::atomic<bool>[static_cast<size_t>(config.size)]()),
       probe_(config.size, probeDelay(config.rank), std::min<std::chrono::milliseconds>(config.timeout, kProbeDial),
-             [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { probePeer(r, d); }) {}
+             [this](int r) { return probeNeeded(r); }, [this](int r, Deadline d) { return probePeer(r, d); }) {}
 
 void Communicator::bootstrap() {
   Interface itf = selectInterface(cfg_.socketIfname, cfg_.routeHost);
@@ -449,27 +449,34 @@ bool Communicator::probeNeeded(int peer) const {
   return l && !retired_.load() && !poisoned() && !l->peers().everConnected(members_[static_cast<size_t>(peer)]);
 }
 
-void Communicator::probePeer(int peer, Deadline deadline) {
+bool Communicator::probePeer(int peer, Deadline deadline) {
   auto l = links();
-  if (!l) return;
+  if (!l) return true;
   const int family = members_[static_cast<size_t>(peer)];
   std::string why;
-  // Only a refused connect proves the peer gone: a dial that timed out (a
-  // slow host), a dropped handshake (a live listener in a burst) or a local
-  // error prove nothing, and the op's timeout decides.
-  if (l->peers().probe(family, deadline, &why) != Peers::Probe::kRefused) return;
+  // Only a refused connect proves the peer gone. A dial that timed out (a
+  // slow host), a dropped handshake (a live listener in a burst, or one
+  // that was closing as this rank connected: the kernel queued the
+  // connection, then reset it) or a local error prove nothing: the probe is
+  // dialled again later (PeerProbe), and the op's timeout bounds it all.
+  switch (l->peers().probe(family, deadline, &why)) {
+    case Peers::Probe::kConnected: return true;
+    case Peers::Probe::kUnknown: return false;
+    case Peers::Probe::kRefused: break;
+  }
   // A peer that sent and then shut down may have left its connection in
   // this rank's listener: once adopted, its goodbye ends only what still
   // waits for it (peerGone), as any clean close does.
   Deadline settle = Deadline::after(kProbeSettle);
   while (!settle.expired()) {
-    if (l->peers().everConnected(family) || poisoned() || retired_.load() || probe_.stopping()) return;
+    if (l->peers().everConnected(family) || poisoned() || retired_.load() || probe_.stopping()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   noteFailedPeer(peer);
   poison(Error(ErrorKind::kRemote, strCat(selfName(), ": ", peerName(peer),
                                           " cannot be reached while this rank waits for its data: ", why,
                                           "; its process has died or left the group")));
+  return true;
 }
 
 std::shared_ptr<Work> Communicator::send(int peer, uint32_t tag, const void* data, size_t bytes,

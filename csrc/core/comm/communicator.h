@@ -163,7 +163,8 @@ class Communicator final : public OpHost, public LinkOwner {
   // never connected to it (peer_probe.h).
   void expectFrom(int peer);
   bool probeNeeded(int peer) const;
-  void probePeer(int peer, Deadline deadline);
+  // false when the dial proved nothing (PeerProbe dials again later).
+  bool probePeer(int peer, Deadline deadline);
   FrameHeader controlTemplate() const;
   // This group's rank of family rank `wire`, or -1.
   int groupRank(uint32_t wire) const;

@@ -17,7 +17,8 @@ PeerProbe::PeerProbe(int size, std::chrono::milliseconds delay, std::chrono::mil
       needed_(std::move(needed)),
       dialFn_(std::move(dialFn)),
       due_(static_cast<size_t>(size), kNone),
-      asked_(static_cast<size_t>(size), false) {}
+      asked_(static_cast<size_t>(size), false),
+      dials_(static_cast<size_t>(size), 0) {}
 
 PeerProbe::~PeerProbe() { finish(); }
 
@@ -26,8 +27,8 @@ void PeerProbe::expect(int rank) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ || rank < 0 || rank >= static_cast<int>(due_.size())) return;
-    // Asked once: a peer that answers is connected from then on, and one
-    // that is only slow to answer is left to the op's timeout.
+    // Asked once: a peer that answers is connected from then on, and a dial
+    // that proves nothing schedules the next itself (loop).
     if (asked_[static_cast<size_t>(rank)]) return;
     asked_[static_cast<size_t>(rank)] = true;
     due_[static_cast<size_t>(rank)] = Clock::now() + delay_;
@@ -63,17 +64,22 @@ void PeerProbe::loop() {
     const int rank = static_cast<int>(next - due_.begin());
     *next = kNone;
     lock.unlock();
+    bool settled = true;
     if (needed_(rank)) {
       {
         std::lock_guard<std::mutex> count(mu_);
         ++dialled_;
+        ++dials_[static_cast<size_t>(rank)];
       }
       try {
-        dialFn_(rank, Deadline::after(dial_));
+        settled = dialFn_(rank, Deadline::after(dial_));
       } catch (...) {  // dial reports what it finds itself
       }
     }
     lock.lock();
+    if (!settled && !stop_ && dials_[static_cast<size_t>(rank)] < kMaxDials) {
+      due_[static_cast<size_t>(rank)] = Clock::now() + delay_;
+    }
   }
   running_ = false;
 }

@@ -10,6 +10,9 @@
 // this rank dials it. A peer that answers is now connected (its death would
 // be seen); one that refuses (its process is gone, or it shut the group
 // down) fails the group at once, naming it (see Communicator::probePeer).
+// A dial that proves neither (a handshake dropped by a listener that was
+// closing as it connected, a dial that timed out on a busy host) is tried
+// again `delay` later, up to kMaxDials times while the probe is needed.
 //
 // Threads: expect() from any thread; the probes run on one thread
 // ("mccl-probe"), started when a probe is asked and ending when none is
@@ -32,9 +35,11 @@ namespace mccl {
 class PeerProbe {
  public:
   // needed(rank): whether `rank` still needs a probe (never connected, the
-  // group live). dial(rank, deadline): the probe itself.
+  // group live). dial(rank, deadline): the probe itself; false when it
+  // proved nothing (then dialled again after the delay).
   using Needed = std::function<bool(int rank)>;
-  using Dial = std::function<void(int rank, Deadline deadline)>;
+  using Dial = std::function<bool(int rank, Deadline deadline)>;
+  static constexpr int kMaxDials = 8;
 
   PeerProbe(int size, std::chrono::milliseconds delay, std::chrono::milliseconds dial, Needed needed,
             Dial dialFn);
@@ -62,6 +67,7 @@ class PeerProbe {
   std::condition_variable cv_;
   std::vector<Clock::time_point> due_;  // per rank; max() = no probe pending
   std::vector<bool> asked_;             // per rank: a probe was asked once
+  std::vector<int> dials_;              // per rank: dials so far
   bool stop_ = false;
   bool running_ = false;  // the thread is in loop()
   int dialled_ = 0;
