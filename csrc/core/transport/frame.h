@@ -46,7 +46,11 @@ namespace mccl {
 constexpr uint32_t kFrameMagic = 0x4C43434Du;  // "MCCL" in memory order
 // 3: an ABORT fails its group, not the connection (links.h); `src` is the
 // sender's family rank (the rank in the group that made the links).
-constexpr uint16_t kProtocolVersion = 4;
+// 4: the handshake's MAC covers the connector's listening port and yields
+// the session key. 5: recursive doubling folds onto the cost model's
+// leaders (rdLeaders): its messages go elsewhere than a version 4 rank
+// expects, so the two must not share a job.
+constexpr uint16_t kProtocolVersion = 5;
 constexpr size_t kFrameHeaderBytes = 72;
 // Hard ceiling on one frame's payload whatever MCCL_FRAME_BYTES says; frames
 // are also bounded by the receiver's configured limit.
