@@ -301,8 +301,12 @@ class Fleet:
                 return
             for i, p in enumerate(self.procs):
                 if p.poll() not in (None, 0, -signal.SIGKILL):
+                    # Every worker's tail: why the others did what they did
+                    # (a joiner that was never admitted is the members' story).
+                    others = "\n".join(f"--- worker {j} (exit {q.poll()})\n{self.text(j)[-2500:]}"
+                                        for j, q in enumerate(self.procs) if j != i)
                     raise AssertionError(f"worker {i} exited {p.returncode} waiting for {what}:\n"
-                                         f"{self.text(i)[-4000:]}")
+                                         f"{self.text(i)[-4000:]}\nthe other workers:\n{others}")
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}; logs:\n" +
                              "\n".join(f"--- {i}\n{self.text(i)[-2500:]}" for i in range(len(self.procs))))
