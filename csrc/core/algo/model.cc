@@ -170,8 +170,7 @@ double leadersSeconds(const CostModel& m, double bytes, int n, int p) {
 }  // namespace
 
 int rdLeaders(const CostModel& m, size_t bytes, int n) {
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
+  const int p = largestPowerOfTwo(n);
   int best = p;
   double bestTime = leadersSeconds(m, static_cast<double>(bytes), n, p);
   for (int q = p / 2; q >= 1; q /= 2) {
@@ -221,8 +220,7 @@ double allreduceRecursiveMultiplyingSeconds(const CostModel& m, size_t bytes, in
 
 double allreduceRabenseifnerSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   if (n <= 1) return 0.0;
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
+  const int p = largestPowerOfTwo(n);
   const double x = static_cast<double>(bytes);
   double t = foldSeconds(m, x, n, p);
   for (int part = 2; part <= p; part *= 2) {

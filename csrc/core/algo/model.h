@@ -48,6 +48,12 @@ RadixPlan radixPlan(const CostModel& m, size_t bytes, int n);
 // fold (blocks of at most two); a smaller one trades rounds for messages
 // into and out of each leader. Ties go to the larger p.
 int rdLeaders(const CostModel& m, size_t bytes, int n);
+// The largest power of two <= n (n >= 1): the classic fold's leaders.
+inline int largestPowerOfTwo(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
 // Recursive doubling's time on `leaders` (a power of two <= n) of n ranks.
 double recursiveDoublingSeconds(const CostModel& m, size_t bytes, int n, int leaders);
 double allreduceRecursiveMultiplyingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);

@@ -64,10 +64,8 @@ std::string chosenName(const CommConfig& cfg, const CostModel& model, OpKind op,
   }
   if (op == OpKind::kAllreduce && a.id == Algo::kRecursiveDoubling && cfg.size > 1) {
     // Named when it folds into fewer leaders than the classic fold's.
-    int classic = 1;
-    while (classic * 2 <= cfg.size) classic *= 2;
     const int leaders = rdLeaders(model, bytes, cfg.size);
-    if (leaders < classic) return strCat(a.name, " (", leaders, leaders == 1 ? " leader)" : " leaders)");
+    if (leaders < largestPowerOfTwo(cfg.size)) return strCat(a.name, " (", leaders, leaders == 1 ? " leader)" : " leaders)");
   }
   return a.name;
 }
