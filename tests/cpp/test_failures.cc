@@ -154,6 +154,50 @@ TEST(Timeout, TorusNamesTheTransferItWaitsFor) {
   }, [](CommConfig& c) { c.algo = "allreduce=torus"; });
 }
 
+// A store whose waits end `extra` late (a store across a slow network).
+class LateStore : public MemoryStore {
+ public:
+  explicit LateStore(std::chrono::milliseconds extra) : extra_(extra) {}
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return MemoryStore::get(key, timeout + extra_);
+  }
+
+ private:
+  std::chrono::milliseconds extra_;
+};
+
+// A rank that never made its communicator (its process died before) never
+// published its address: an op that must send to it fails naming that, not
+// "its next transfer" of "the peer", whether the store's wait for the
+// address ends first or the op's deadline (a late store).
+void expectNamesTheUnpublishedPeer(std::shared_ptr<Store> store, const std::string& needle) {
+  Watchdog dog(std::chrono::seconds(60), "NamesAPeerThatNeverPublishedItsAddress");
+  auto comm = Communicator::create(store, baseConfig(0, 2));
+  int32_t v = 7;
+  BroadcastOptions o{&v, 1, DataType::kInt32, 0};
+  o.timeout = std::chrono::milliseconds(400);
+  auto start = Clock::now();
+  try {
+    broadcast(*comm, o)->wait();
+    ADD_FAILURE() << "expected a timeout";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << m;
+    EXPECT_NE(m.find("broadcast("), std::string::npos) << m;
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+    EXPECT_NE(m.find("(that rank never joined this group, or it died before it did)"), std::string::npos) << m;
+    EXPECT_EQ(m.find("its next transfer"), std::string::npos) << m;
+  }
+  EXPECT_LT(secondsSince(start), 2.0);
+  comm->abort();
+}
+
+TEST(Timeout, NamesAPeerThatNeverPublishedItsAddress) {
+  expectNamesTheUnpublishedPeer(std::make_shared<MemoryStore>(), "the address of rank 1 is not in the store");
+  expectNamesTheUnpublishedPeer(std::make_shared<LateStore>(std::chrono::milliseconds(600)),
+                                "waiting for the address of rank 1, which is not in the store");
+}
+
 TEST(Timeout, QueueTimeDoesNotCount) {
   // Rank 0 submits A and B at once, one op on the wire at a time, each with
   // a 1 s timeout. Rank 1 joins A at 0.6 s and B at 1.3 s: B waits 0.6 s in

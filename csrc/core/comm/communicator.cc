@@ -178,6 +178,21 @@ std::string Communicator::peerName(int rank) const {
   return strCat("rank ", rank, l ? l->peers().where(members_[static_cast<size_t>(rank)]) : "");
 }
 
+std::string Communicator::connectingTo() const {
+  auto l = links();
+  if (!l) return "";
+  std::string out;
+  for (auto [family, known] : l->peers().connecting()) {
+    const int g = family < static_cast<int>(groupRanks_.size()) ? groupRanks_[static_cast<size_t>(family)] : -1;
+    if (g < 0) continue;  // a peer of the family, not of this group
+    out += strCat(out.empty() ? "" : " and ",
+                  known ? strCat("connection to ", peerName(g))
+                        : strCat("address of rank ", g, ", which is not in the store (that rank never joined "
+                                 "this group, or it died before it did)"));
+  }
+  return out;
+}
+
 int Communicator::groupRank(uint32_t wire) const {
   return wire < groupRanks_.size() ? groupRanks_[wire] : -1;
 }

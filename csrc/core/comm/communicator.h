@@ -78,6 +78,7 @@ class Communicator final : public OpHost, public LinkOwner {
   std::string selfName() const override;
   // "rank 2 (10.0.0.2:41000)"
   std::string peerName(int rank) const override;
+  std::string connectingTo() const override;
   bool poisoned() const override { return poisoned_.load(std::memory_order_acquire); }
   Error poisonError() const override;
   // Poisons the communicator (first error wins) and tells the peers.

@@ -111,6 +111,10 @@ bool OpContext::timeOut() {
   Transfer* t = w == 0 ? nullptr : (w & 1) != 0 ? &any_ : reinterpret_cast<Transfer*>(w);
   std::string what = t != nullptr ? t->describe() : std::string("its next transfer");
   int peer = t != nullptr ? t->peerRank() : -1;
+  if (t == nullptr) {
+    // Not waiting on a transfer: perhaps blocked posting one, connecting.
+    if (std::string c = comm_.connectingTo(); !c.empty()) what = c;
+  }
   Error e(ErrorKind::kTimeout,
           strCat(comm_.selfName(), ": ", sig_.describe(), " #", seq_, " timed out after ",
                  secondsSince(start_), " s waiting for the ", what, "; ",

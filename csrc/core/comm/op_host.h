@@ -33,6 +33,9 @@ class OpHost {
   // "mccl rank 1/4 in group 'default_pg'" and "rank 2 (10.0.0.2:41000)".
   virtual std::string selfName() const = 0;
   virtual std::string peerName(int rank) const = 0;
+  // What this rank waits for while it connects to peers, e.g. "address of
+  // rank 3, which is not in the store (...)"; "" when it connects to none.
+  virtual std::string connectingTo() const = 0;
 
   // Sends `data` (req->bytes, untouched until req finishes) to req->peer as
   // frames built from `tmpl`; failures finish `req`. Never blocks on the

@@ -35,6 +35,16 @@ std::string Peers::where(int rank) const {
   return "";
 }
 
+std::vector<std::pair<int, bool>> Peers::connecting() const {
+  std::vector<std::pair<int, bool>> out;
+  for (int r = 0; r < cfg_.size; ++r) {
+    Peer& p = at(r);
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.connecting) out.emplace_back(r, p.addr.has_value());
+  }
+  return out;
+}
+
 SockAddr Peers::addressOf(int peer, Deadline deadline) {
   Peer& p = at(peer);
   {

@@ -79,6 +79,10 @@ class Peers {
     kUnknown,    // not proven either way (slow, no address yet, local error)
   };
   Probe probe(int peer, Deadline deadline, std::string* why);
+  // The peers this rank is connecting to now, each with whether its address
+  // is known (false: waiting for it to appear in the store), for the
+  // message of an op that times out meanwhile.
+  std::vector<std::pair<int, bool>> connecting() const;
   // Whether a connection to `peer` was ever adopted (one atomic load).
   bool everConnected(int peer) const { return at(peer).connectedOnce.load(std::memory_order_acquire); }
   // A group's ABORT (connections stay up) to every connection of `peer`.

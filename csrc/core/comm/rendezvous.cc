@@ -15,6 +15,9 @@ constexpr const char* kBootstrapKey = "mccl/v1/bootstrap";
 
 std::string addrKey(int rank) { return strCat("mccl/v1/addr/", rank); }
 
+constexpr const char* kNotPublished =
+    " is not in the store (that rank never joined this group, or it died before it did)";
+
 }  // namespace
 
 Rendezvous::Rendezvous(std::shared_ptr<Store> store, std::string who)
@@ -76,11 +79,9 @@ SockAddr Rendezvous::addressOf(int peer, Deadline deadline, std::chrono::millise
     try {
       bytes = store_->get(addrKey(peer), left);
     } catch (const Error& e) {
-      throwError(e.kind(), who_, ": cannot find the address of rank ", peer, " in the store: ",
-                 e.what());
+      throwError(e.kind(), who_, ": the address of rank ", peer, kNotPublished, ": ", e.what());
     } catch (const std::exception& e) {
-      throwError(ErrorKind::kRemote, who_, ": cannot find the address of rank ", peer,
-                 " in the store: ", e.what());
+      throwError(ErrorKind::kRemote, who_, ": the address of rank ", peer, kNotPublished, ": ", e.what());
     }
   }
   return SockAddr::parse(std::string(bytes.begin(), bytes.end()));
