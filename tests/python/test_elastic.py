@@ -255,6 +255,55 @@ def test_a_joiner_passed_over_asks_again():
     del master
 
 
+def test_a_joiner_outwaits_members_that_are_alive_and_gives_up_on_a_dead_job():
+    # The joiner's timeout (1 s here) counts while no member is seen alive:
+    # members stuck for longer (recovering from a failure that takes their
+    # own timeout) keep it waiting while the job's heartbeat moves, and it is
+    # admitted after 2.5 s; when the heartbeat stops it gives up about 1 s
+    # later, naming why.
+    master, port = _store()
+    m = Membership(_client(port), "patient")
+    assert m.publish(0, {"members": ["first"], "admitted": 1})
+    beating = threading.Event()
+    beating.set()
+
+    def beat():
+        while beating.is_set():
+            m.job_beat()
+            time.sleep(0.2)
+
+    got = {}
+
+    def wait(who="late"):
+        w = Membership(_client(port), "patient")
+        t0 = time.monotonic()
+        try:
+            got["result"] = w.wait_admitted(who, w.register(who), datetime.timedelta(seconds=1))
+        except TimeoutError as e:
+            got["error"] = e
+        got["waited_s"] = time.monotonic() - t0
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    time.sleep(2.5)
+    assert "error" not in got, got
+    assert m.publish(1, {"members": ["first", "late"], "admitted": 2})
+    t.join(10)
+    assert got["result"][0] == 1 and got["waited_s"] >= 2.4, got
+    # Now the members are gone: the heartbeat stops moving.
+    beating.clear()
+    beater.join(5)
+    got.clear()
+    t = threading.Thread(target=wait, args=("later",), daemon=True)
+    t.start()
+    t.join(10)
+    assert "no member of it was seen alive for 1 s" in str(got["error"]), got
+    assert 0.9 <= got["waited_s"] < 5, got
+    del master
+
+
 # -------------------------------------------------------------- end to end
 class Fleet:
     """Workers of one job: local processes, or worker i on host i of a
@@ -454,6 +503,33 @@ def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
         stop = max(fleet.commits()) + 15
         m.store.set("stop_at", str(stop))
         ends_as_replayed(fleet, tmp_path, [0, 1, *joiners], stop)
+    finally:
+        fleet.kill_all()
+        del master
+
+
+def test_a_joiner_outwaits_a_member_that_dies_before_its_group_forms(tmp_path):
+    # The third member dies in the first join's new generation after it met
+    # the others and before its group published its address: the others
+    # wait for it until their timeout (15 s here), then recover. A second
+    # joiner that asked meanwhile, with the same 15 s timeout, outwaits that
+    # (the job's heartbeat moves) and is admitted; the job ends as replayed.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--timeout-s", "15"])
+    try:
+        fleet.start(initial=3)
+        fleet.start(initial=3)
+        fleet.start(initial=3, extra=["--die-before-group"])
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
+        first = fleet.start()
+        fleet.wait_for("the death before the group", lambda: "DYING before the group" in fleet.text(2))
+        second = fleet.start()
+        fleet.wait_for("the second joiner in", lambda: fleet.latest_world() == 4 and
+                       all("COMMIT" in fleet.text(j) for j in (first, second)), 120)
+        assert fleet.procs[2].wait(30) == -signal.SIGKILL
+        stop = max(fleet.commits()) + 10
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        ends_as_replayed(fleet, tmp_path, [0, 1, first, second], stop)
     finally:
         fleet.kill_all()
         del master

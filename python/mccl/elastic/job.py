@@ -378,6 +378,8 @@ class Job:
         compute so that it is done when the step ends. Returns a function that
         waits for it and gives (leaver ranks, joiners)."""
         world = self.world
+        if self.rank < 3:
+            self._watch()
         flags = torch.zeros(world + 1, dtype=torch.int64)
         if self._leave:
             flags[self.rank] = 1
@@ -392,33 +394,56 @@ class Job:
         return result
 
     def _requests(self) -> int:
-        """Join requests so far, as rank 0 last saw them. A thread with its own
-        store connection looks every 0.2 s, so a step boundary never waits for
-        the store; where the store cannot be cloned, the boundary asks it."""
-        if self._poller is None:
-            clone = getattr(self.members.base, "clone", None)
-            if clone is None or self._closing:
-                return self.members.requests()
-            watcher = Membership(clone(), self.members.job)
-            self._seen_requests = watcher.requests()
+        """Join requests so far, as rank 0 last saw them. The watcher thread
+        (_watch) looks every 0.2 s, so a step boundary never waits for the
+        store; where the store cannot be cloned, the boundary asks it."""
+        if not self._watch():
+            return self.members.requests()
+        return self._seen_requests
 
-            def poll():
-                while not self._closing:
-                    try:
+    def _watch(self) -> bool:
+        """Starts this member's watcher thread if it has none (False where the
+        store cannot be cloned): with its own store connection it counts the
+        join requests and watches their heartbeats every 0.2 s while this
+        member is rank 0 (read at a boundary), and rewrites the job's
+        heartbeat about once a second while it is one of the first three
+        ranks (a joiner waits while that moves; three, so that one dying
+        leaves the beat going), also while this member is stuck in a
+        collective."""
+        if self._poller is not None:
+            return True
+        clone = getattr(self.members.base, "clone", None)
+        if clone is None or self._closing:
+            return False
+        watcher = Membership(clone(), self.members.job)
+        self._seen_requests = watcher.requests()
+
+        def poll():
+            tick = 0
+            while not self._closing:
+                try:
+                    # This member's rank in its generation's record (also while
+                    # the generation's group forms or recovers: no group then).
+                    rec = self.record if self.generation >= 0 else None
+                    rank = rec["members"].index(self.id) if rec and self.id in rec["members"] else -1
+                    if rank == 0:
                         self._seen_requests = watcher.requests()
                         self._beats.observe(watcher, int(self.record.get("admitted", 0)) + 1,
                                             self._seen_requests)
-                    except Exception:  # noqa: BLE001 - the store is away: keep the last count
-                        pass
-                    time.sleep(0.2)
+                    if 0 <= rank < 3 and tick % 5 == 0:
+                        watcher.job_beat()
+                except Exception:  # noqa: BLE001 - the store is away (or a generation is changing): next time
+                    pass
+                tick += 1
+                time.sleep(0.2)
 
-            self._poller = threading.Thread(target=poll, name="mccl-elastic-joins", daemon=True)
-            self._poller.start()
-            # A daemon thread that Python's exit finds inside a store call is
-            # ended by a forced unwind through torch's C++ frames, which aborts
-            # the process ("terminate called without an active exception").
-            atexit.register(self.close)
-        return self._seen_requests
+        self._poller = threading.Thread(target=poll, name="mccl-elastic-watch", daemon=True)
+        self._poller.start()
+        # A daemon thread that Python's exit finds inside a store call is
+        # ended by a forced unwind through torch's C++ frames, which aborts
+        # the process ("terminate called without an active exception").
+        atexit.register(self.close)
+        return True
 
     def close(self) -> None:
         """Stops the thread that watches the store for joiners (run at exit

@@ -6,6 +6,9 @@ Every key lives under ``mccl-elastic/<job>/``:
     joinseq            counter of join requests (store.add)
     join/<k>           request k: {"id", "host", "pid"}
     hb/<k>             request k's heartbeat (wall clock, while it waits)
+    alive              the job's heartbeat: the first three ranks rewrite it
+                       about once a second, stuck in a collective or not (a
+                       joiner keeps waiting while it moves)
     gen                the latest generation number, advanced by compare_set
                        (a reader also looks past it: a writer may die
                        between writing g/<n> and moving it)
@@ -69,6 +72,10 @@ class Membership:
     def requests(self) -> int:
         return self.store.add("joinseq", 0)
 
+    def job_beat(self) -> None:
+        """Says that a member of the job is alive (see wait_admitted)."""
+        self.store.set("alive", f"{os.getpid()} {time.time()!r}")
+
     def live_requests(self, first: int, last: int, fresh_s: float,
                       beats: "BeatWatch | None" = None) -> list[tuple[int, str]]:
         """Requests first..last whose waiter still beats (others died waiting).
@@ -128,11 +135,24 @@ class Membership:
         without listing this member passed it over: the members saw the
         request before it was whole, or its heartbeat late on a loaded
         machine. The waiter then asks again (a new request), so a live
-        joiner is never forgotten."""
-        end = time.monotonic() + timeout.total_seconds()
+        joiner is never forgotten.
+
+        `timeout` counts while no member is seen alive: each change of the
+        job's heartbeat (job_beat) starts it again, so a joiner outwaits
+        members that are recovering from a failure (which can take their
+        own timeout) and gives up on a job whose members are all gone.
+        Changes are timed on this process's clock, whatever the members'
+        clocks say."""
+        wait_s = timeout.total_seconds()
+        end = time.monotonic() + wait_s
         seen = -1
         next_beat = time.monotonic() + beat_s
+        last_alive = None
         while time.monotonic() < end:
+            alive = self.store.get("alive") if self.has("alive") else None
+            if alive is not None and alive != last_alive:
+                last_alive = alive
+                end = max(end, time.monotonic() + wait_s)
             n = self.latest()
             while n > seen:
                 seen += 1
@@ -150,8 +170,8 @@ class Membership:
                 self.heartbeat(k)
                 next_beat = time.monotonic() + beat_s
             time.sleep(poll_s)
-        raise TimeoutError(f"mccl.elastic: not admitted to job {self.job!r} within "
-                           f"{timeout.total_seconds():.0f} s (is a member running, or the first one?)")
+        raise TimeoutError(f"mccl.elastic: not admitted to job {self.job!r}: no member of it was seen "
+                           f"alive for {wait_s:.0f} s (is a member running, or the first one?)")
 
     # ---- recovery after a failure ---------------------------------------
     def check_in(self, n: int, rank: int, dead: list[int]) -> None:

@@ -59,6 +59,10 @@ if __name__ == "__main__":
     p.add_argument("--checkpoint-every", type=int, default=4)
     p.add_argument("--die-in-state-sync", action="store_true",
                    help="kill this process as it starts to relay the state to joiners")
+    p.add_argument("--die-before-group", action="store_true",
+                   help="kill this process in the first join's new generation, after it met the others and "
+                        "before its process group publishes its address")
+    p.add_argument("--timeout-s", type=float, default=60.0)
     p.add_argument("--die-in-first-rebuild", action="store_true",
                    help="FSDP: kill this process as the first generation builds its sharded state")
     p.add_argument("--in-join-barrier", choices=["die", "skip"], default="",
@@ -76,13 +80,22 @@ if __name__ == "__main__":
         state = elastic.State(net, torch.optim.SGD(net.parameters(), lr=0.05), sampler)
     # A survivor slower than the grace to check in after a failure is taken
     # for dead (by design); CI's 2 cores can be that slow, so a wide grace.
-    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=60)
+    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=a.timeout_s)
     job.leave_on_signals()
     if a.die_in_first_rebuild:
         def dying_rebuild(full):
             print("DYING in the first rebuild", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         state.rebuild = dying_rebuild
+    if a.die_before_group:
+        meet = job._meet_rank0
+
+        def dying_meet(n, rank, world, after):
+            meet(n, rank, world, after)
+            if after is not None:  # generation n comes from a join at generation `after`'s boundary
+                print("DYING before the group", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+        job._meet_rank0 = dying_meet
     if a.die_in_state_sync:
         relay = job._sync
 
