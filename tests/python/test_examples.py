@@ -113,6 +113,14 @@ def test_vit_traces_ddp_buckets():
     assert t["link_gbit"] == 100 and t["floor_ms"] >= max(b["ready_ms"] for b in t["buckets"])
     assert "over_floor_ms" in t and "# link floor at 100 Gbit/s" in out
     assert t["skew_ms"] >= 0 and "over_floor_all_ranks_ms" in t and "with every rank's hand-overs" in out
+    # Every rank's passes, the same buckets on each (rank 0's last pass as in the summary).
+    ranks = traced["bucket_trace_ranks"]
+    assert len(ranks) == 3 and all(len(passes) == 3 for passes in ranks)
+    assert sorted(b[0] for b in ranks[0][-1]["buckets"]) == sorted(b["index"] for b in t["buckets"])
+    for passes in ranks:
+        for p in passes:
+            assert sum(b[1] for b in p["buckets"]) == 4 * traced["params"]
+            assert all(0 <= b[2] <= b[3] <= p["end_ms"] for b in p["buckets"]), p
 
 
 def test_bucket_trace_link_floor():

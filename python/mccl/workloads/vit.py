@@ -383,6 +383,13 @@ def main(argv=None) -> int:
         result["losses"] = [float(x) for x in losses]
     if buckets:
         result["bucket_trace"] = buckets
+        # Every rank's timed passes (hand-over and completion of each bucket,
+        # in ms after that rank's backward began; wall0 places them on one
+        # clock), for analyses beyond the summary.
+        result["bucket_trace_ranks"] = [
+            [{"wall0": p["wall0"], "end_ms": p["end_ms"],
+              "buckets": [[b["index"], b["bytes"], b["ready_ms"], b["done_ms"]] for b in p["buckets"]]}
+             for p in passes] for passes in everyone]
     if args.measure_overlap and ddp is not model:  # (DDP only: FSDP's all-gathers cannot be skipped)
         result["step_nosync_s"], _ = timed(args.steps, sync_grads=False, label="no-sync")
         flat = torch.zeros(nparams, device=dev)
