@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "comm/abort_relay.h"
@@ -154,22 +155,24 @@ TEST(Timeout, TorusNamesTheTransferItWaitsFor) {
   }, [](CommConfig& c) { c.algo = "allreduce=torus"; });
 }
 
-// A store whose waits end `extra` late (a store across a slow network).
-class LateStore : public MemoryStore {
+// A store whose waits last `wait(timeout)` instead of `timeout`: cut short,
+// or late (a store across a slow network).
+class ClockedStore : public MemoryStore {
  public:
-  explicit LateStore(std::chrono::milliseconds extra) : extra_(extra) {}
+  using Wait = std::function<std::chrono::milliseconds(std::chrono::milliseconds)>;
+  explicit ClockedStore(Wait wait) : wait_(std::move(wait)) {}
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    return MemoryStore::get(key, timeout + extra_);
+    return MemoryStore::get(key, wait_(timeout));
   }
 
  private:
-  std::chrono::milliseconds extra_;
+  Wait wait_;
 };
 
 // A rank that never made its communicator (its process died before) never
 // published its address: an op that must send to it fails naming that, not
 // "its next transfer" of "the peer", whether the store's wait for the
-// address ends first or the op's deadline (a late store).
+// address ends first or the op's deadline.
 void expectNamesTheUnpublishedPeer(std::shared_ptr<Store> store, const std::string& needle) {
   Watchdog dog(std::chrono::seconds(60), "NamesAPeerThatNeverPublishedItsAddress");
   auto comm = Communicator::create(store, baseConfig(0, 2));
@@ -193,8 +196,12 @@ void expectNamesTheUnpublishedPeer(std::shared_ptr<Store> store, const std::stri
 }
 
 TEST(Timeout, NamesAPeerThatNeverPublishedItsAddress) {
-  expectNamesTheUnpublishedPeer(std::make_shared<MemoryStore>(), "the address of rank 1 is not in the store");
-  expectNamesTheUnpublishedPeer(std::make_shared<LateStore>(std::chrono::milliseconds(600)),
+  using std::chrono::milliseconds;
+  // The store's wait ends first...
+  expectNamesTheUnpublishedPeer(std::make_shared<ClockedStore>([](milliseconds t) { return t / 4; }),
+                                "the address of rank 1 is not in the store");
+  // ...or the op's deadline.
+  expectNamesTheUnpublishedPeer(std::make_shared<ClockedStore>([](milliseconds t) { return t + milliseconds(600); }),
                                 "waiting for the address of rank 1, which is not in the store");
 }
 
