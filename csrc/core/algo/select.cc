@@ -65,7 +65,9 @@ std::string chosenName(const CommConfig& cfg, const CostModel& model, OpKind op,
   if (op == OpKind::kAllreduce && a.id == Algo::kRecursiveDoubling && cfg.size > 1) {
     // Named when it folds into fewer leaders than the classic fold's.
     const int leaders = rdLeaders(model, bytes, cfg.size);
-    if (leaders < largestPowerOfTwo(cfg.size)) return strCat(a.name, " (", leaders, leaders == 1 ? " leader)" : " leaders)");
+    if (leaders < largestPowerOfTwo(cfg.size)) {
+      return strCat(a.name, " (", leaders, leaders == 1 ? " leader)" : " leaders)");
+    }
   }
   return a.name;
 }

@@ -183,7 +183,7 @@ std::string Communicator::connectingTo() const {
   if (!l) return "";
   std::string out;
   for (auto [family, known] : l->peers().connecting()) {
-    const int g = family < static_cast<int>(groupRanks_.size()) ? groupRanks_[static_cast<size_t>(family)] : -1;
+    const int g = groupRank(static_cast<uint32_t>(family));
     if (g < 0) continue;  // a peer of the family, not of this group
     out += strCat(out.empty() ? "" : " and ",
                   known ? strCat("connection to ", peerName(g))

@@ -428,7 +428,7 @@ class Job:
                     rank = rec["members"].index(self.id) if rec and self.id in rec["members"] else -1
                     if rank == 0:
                         self._seen_requests = watcher.requests()
-                        self._beats.observe(watcher, int(self.record.get("admitted", 0)) + 1,
+                        self._beats.observe(watcher, int(rec.get("admitted", 0)) + 1,
                                             self._seen_requests)
                     if 0 <= rank < 3 and tick % 5 == 0:
                         watcher.job_beat()

@@ -149,10 +149,6 @@ class Membership:
         next_beat = time.monotonic() + beat_s
         last_alive = None
         while time.monotonic() < end:
-            alive = self.store.get("alive") if self.has("alive") else None
-            if alive is not None and alive != last_alive:
-                last_alive = alive
-                end = max(end, time.monotonic() + wait_s)
             n = self.latest()
             while n > seen:
                 seen += 1
@@ -167,7 +163,13 @@ class Membership:
                 if int(rec.get("admitted", 0)) >= k:
                     k = self.register(member_id)
             if time.monotonic() >= next_beat:
+                # At the heartbeat's pace, not every poll: members rewrite
+                # the job's about once a second.
                 self.heartbeat(k)
+                alive = self.store.get("alive") if self.has("alive") else None
+                if alive is not None and alive != last_alive:
+                    last_alive = alive
+                    end = max(end, time.monotonic() + wait_s)
                 next_beat = time.monotonic() + beat_s
             time.sleep(poll_s)
         raise TimeoutError(f"mccl.elastic: not admitted to job {self.job!r}: no member of it was seen "
