@@ -113,6 +113,9 @@ def test_vit_traces_ddp_buckets():
     assert t["link_gbit"] == 100 and t["floor_ms"] >= max(b["ready_ms"] for b in t["buckets"])
     assert "over_floor_ms" in t and "# link floor at 100 Gbit/s" in out
     assert t["skew_ms"] >= 0 and "over_floor_all_ranks_ms" in t and "with every rank's hand-overs" in out
+    per = t["per_bucket_all_ranks"]
+    assert sorted(b["index"] for b in per) == sorted(b["index"] for b in t["buckets"])
+    assert all(b["last_rank_ms"] >= b["median_rank_ms"] for b in per) and "# each bucket after the last rank" in out
     # Every rank's passes, the same buckets on each (rank 0's last pass as in the summary).
     ranks = traced["bucket_trace_ranks"]
     assert len(ranks) == 3 and all(len(passes) == 3 for passes in ranks)
@@ -147,6 +150,33 @@ def test_bucket_trace_merges_ranks_on_their_clocks():
     assert got[0] == (8, pytest.approx(11.0), pytest.approx(32.0))  # rank 1's ready; its end for "not seen done"
     assert got[1] == (4, pytest.approx(20.0), pytest.approx(29.0))
     assert m["end_ms"] == pytest.approx(32.0) and skew == pytest.approx(8.0)  # last hand-overs at 12 and 20
+
+
+def test_bucket_trace_per_bucket_after_the_last_hand_over():
+    from mccl.workloads.bucket_trace import BucketTrace
+
+    def rank(wall0, ready0, done0, ready1, done1):
+        return {"wall0": wall0, "end_ms": 100.0, "buckets": [
+            {"index": 0, "bytes": 8, "ready_ms": ready0, "done_ms": done0},
+            {"index": 1, "bytes": 4, "ready_ms": ready1, "done_ms": done1}]}
+    # Two passes of three ranks; rank 2 began each backward 5 ms after the others.
+    everyone = [
+        [rank(10.000, 1.0, 11.0, 20.0, 30.0), rank(20.000, 1.0, 12.0, 20.0, 31.0)],
+        [rank(10.000, 2.0, 12.0, 20.0, 40.0), rank(20.000, 2.0, 11.0, 20.0, 33.0)],
+        [rank(10.005, 0.0, 6.0, 19.0, 20.0), rank(20.005, 0.0, 6.0, 19.0, None)],  # None: its end, 100
+    ]
+    got = {b["index"]: b for b in BucketTrace.per_bucket(everyone)}
+    # bucket 0, pass 0: last hand-over at 5 (rank 2, 0 + 5); done at 11, 12, 11 -> after 6, 7, 6
+    # pass 1: last hand-over at 5; done at 12, 11, 11 -> 7, 6, 6. Medians of the passes: 6 and 7.
+    assert got[0]["median_rank_ms"] == pytest.approx(6.0) and got[0]["last_rank_ms"] == pytest.approx(7.0)
+    # bucket 1, pass 0: last hand-over at 24 (rank 2); done 30, 40, 25 -> 6, 16, 1 (median 6, last 16)
+    # pass 1: done 31, 33, 105 -> 7, 9, 81 (median 9, last 81)
+    assert got[1]["median_rank_ms"] == pytest.approx(7.5) and got[1]["last_rank_ms"] == pytest.approx(48.5)
+    assert got[1]["bytes"] == 4
+    # A pass that not every rank has is left out.
+    assert BucketTrace.per_bucket([everyone[0], everyone[1][:1]]) == [
+        {"index": 0, "bytes": 8, "median_rank_ms": pytest.approx(9.5), "last_rank_ms": pytest.approx(10.0)},
+        {"index": 1, "bytes": 4, "median_rank_ms": pytest.approx(15.0), "last_rank_ms": pytest.approx(20.0)}]
 
 
 def test_matmul_reports_every_precision(tmp_path):

@@ -16,7 +16,10 @@ last all-reduce ends after it is what a backend (and rank skew) adds. With
 every rank's trace (gathered at the end) a bucket counts as ready when the
 last rank handed it over, which takes rank skew out; that comparison of
 ranks' clocks holds on one machine (the network lab) and to the clocks'
-synchronisation (NTP: about a millisecond) across machines.
+synchronisation (NTP: about a millisecond) across machines. Per bucket, the
+same clock gives how long after the last rank's hand-over the median rank
+and the last rank saw it reduced: a bucket whose last rank lags far more
+than the others' shows where in the step ranks are held back.
 """
 
 from __future__ import annotations
@@ -105,6 +108,37 @@ class BucketTrace:
             skews.append(max(lasts) - min(lasts))
         return merged, skews
 
+    @staticmethod
+    def per_bucket(everyone: list[list[dict]]) -> list[dict]:
+        """Every bucket's completion on each rank after the last rank handed
+        it over, on one clock (ranks' passes as in merge): per bucket index,
+        the median over passes of the median rank's and of the last rank's
+        time, in ms. Where one bucket's last rank lags its median rank far
+        more than the others', something at that point of the step (not the
+        links) holds the ranks back."""
+        per: dict[int, dict] = {}
+        for k, p0 in enumerate(everyone[0]):
+            ranks = [r[k] for r in everyone if k < len(r)]
+            if len(ranks) < len(everyone):
+                continue
+            seen: dict[int, list[tuple[float, float]]] = {}
+            for p in ranks:
+                shift = 1000 * (p["wall0"] - p0["wall0"])
+                for b in p["buckets"]:
+                    seen.setdefault(b["index"], []).append(
+                        (shift + b["ready_ms"], shift + BucketTrace._done(p, b)))
+                    per.setdefault(b["index"], {"index": b["index"], "bytes": b["bytes"], "median": [], "last": []})
+            for index, marks in seen.items():
+                if len(marks) < len(ranks):
+                    continue
+                last_ready = max(r for r, _ in marks)
+                after = [d - last_ready for _, d in marks]
+                per[index]["median"].append(statistics.median(after))
+                per[index]["last"].append(max(after))
+        return [{"index": b["index"], "bytes": b["bytes"], "median_rank_ms": statistics.median(b["median"]),
+                 "last_rank_ms": statistics.median(b["last"])}
+                for b in sorted(per.values(), key=lambda b: b["index"]) if b["median"]]
+
     def summary(self, world: int = 0, link_bytes_per_s: float = 0.0, everyone: list | None = None) -> dict:
         """The last pass's buckets, and medians over all passes of the tail
         and (with the world size and link rate) of the time over the floor;
@@ -133,6 +167,7 @@ class BucketTrace:
             out["over_floor_all_ranks_ms"] = statistics.median(
                 max(b["done_ms"] for b in m["buckets"]) - self.floor_ms(m["buckets"], world, link_bytes_per_s)
                 for m in merged if m["buckets"])
+            out["per_bucket_all_ranks"] = self.per_bucket(everyone)
         return out
 
     @staticmethod
@@ -152,4 +187,13 @@ class BucketTrace:
         if "over_floor_all_ranks_ms" in s:
             lines.append(f"# with every rank's hand-overs (the last rank's counts; ranks' last hand-overs "
                          f"{s['skew_ms']:.1f} ms apart): {s['over_floor_all_ranks_ms']:.1f} ms after the floor")
+        per = s.get("per_bucket_all_ranks")
+        if per:
+            med = [b["median_rank_ms"] for b in per]
+            last = [b["last_rank_ms"] for b in per]
+            wide = max(per, key=lambda b: b["last_rank_ms"] - b["median_rank_ms"])
+            lines.append(f"# each bucket after the last rank handed it over (medians of the passes): reduced on "
+                         f"the median rank {min(med):.1f}-{max(med):.1f} ms later, on the last rank "
+                         f"{min(last):.1f}-{max(last):.1f} ms; widest apart: bucket {wide['index']} "
+                         f"({wide['median_rank_ms']:.1f} and {wide['last_rank_ms']:.1f} ms)")
         return "\n".join(lines)
