@@ -508,6 +508,35 @@ def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
         del master
 
 
+def test_a_leaver_whose_last_barrier_fails_after_the_others_went_on_leaves(tmp_path):
+    # The leaver's last barrier of the old group fails on its side after the
+    # others passed it, published the leave and shrank without it (what CI
+    # once saw in the breathing test: a member that shrank dropped the
+    # leaver while the leaver was still in that barrier). The leaver's
+    # recovery finds the next generation without it: it leaves cleanly
+    # (LEFT, exit 0) instead of exiting as EXCLUDED, and the others go on.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    try:
+        fleet.start(initial=3, extra=["--fail-after-leave-barrier"])
+        for _ in range(2):
+            fleet.start(initial=3)
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
+        fleet.procs[0].send_signal(signal.SIGTERM)
+        fleet.wait_for("the leave", lambda: fleet.procs[0].poll() is not None and fleet.latest_world() == 2, 60)
+        fleet.assert_ok([0])
+        log0 = fleet.text(0)
+        assert "FAILING after the leave barrier" in log0 and "LEFT" in log0 and "EXCLUDED" not in log0, log0
+        assert "asked to leave: left" in log0, log0
+        stop = max(fleet.commits()) + 5
+        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        worlds = ends_as_replayed(fleet, tmp_path, [1, 2], stop)
+        assert set(worlds.values()) == {3, 2}
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_a_joiner_outwaits_a_member_that_dies_before_its_group_forms(tmp_path):
     # The third member dies in the first join's new generation after it met
     # the others and before its group published its address: the others

@@ -85,6 +85,11 @@ class Excluded(RuntimeError):
     had failed); it should exit."""
 
 
+class _Left(Exception):
+    """A member that asked to leave is not in the generation the others went
+    on with: it has left (raised out of a recovery; run() returns "left")."""
+
+
 class _Regroup(RuntimeError):
     """The generation this process is in (or was about to form) cannot go on
     as it is: recover it with the others it lists (run() treats it as a
@@ -358,7 +363,10 @@ class Job:
                     raise
                 if state.optimizer is not None:
                     state.optimizer.zero_grad(set_to_none=True)
-                self._recover_until_formed(state, e)
+                try:
+                    self._recover_until_formed(state, e)
+                except _Left:
+                    return "left"
         return "done"
 
     @staticmethod
@@ -506,6 +514,9 @@ class Job:
         # member that will be rank 0 of the next generation.
         full = state.gather(dst=old.index(stay[0])) if state.sharded else None
         if self.rank in leavers:
+            # This member is done with the old group: the others may drop it
+            # now (see _await_leavers).
+            self.members.store.set(f"pg/{n}/left/{self.rank}", "1")
             dist.destroy_process_group()
             self._note(Change(n + 1, nxt["cause"], len(nxt["members"]), left=left, joined=joined,
                               stall_s=time.monotonic() - t0, step=state.step))
@@ -519,6 +530,7 @@ class Job:
             return "unchanged"
         if not joined:
             # Leavers only: the same connections, renumbered (no rendezvous).
+            self._await_leavers(n, leavers)
             self._shrink(n + 1, nxt, leavers, abort=False)
             sent = state.rebuild(full) if state.sharded else 0
             self._note(Change(n + 1, "leave", self.world, left=left, stall_s=time.monotonic() - t0,
@@ -537,6 +549,19 @@ class Job:
                           parts={"agree_s": t1 - t0, "old_group_s": t2 - t1, "new_group_s": t3 - t2,
                                  "state_s": t4 - t3}))
         return "joined"
+
+    def _await_leavers(self, n: int, leavers: list[int]) -> None:
+        """Waits (a few seconds at most) until every leaver is through the old
+        group's last barrier. The barrier ends on each rank as its own last
+        message arrives, and shrinking drops the connections to the leavers:
+        a member that shrank while a leaver was still inside it made the
+        leaver's barrier fail, and the leaver's abort failed the members
+        still in it (a regroup for nothing). A leaver that died after the
+        barrier is not waited for longer than the bound."""
+        keys = [f"pg/{n}/left/{r}" for r in leavers]
+        end = time.monotonic() + min(5.0, self.timeout.total_seconds())
+        while not self.members.store.check(keys) and time.monotonic() < end:
+            time.sleep(0.002)
 
     def _shrink(self, n: int, nxt: dict, excluded: list[int], abort: bool) -> None:
         """Generation n without `excluded`: the live group shrunk over its
@@ -579,6 +604,15 @@ class Job:
                     raise
                 error = e
 
+    def _left_in_recovery(self, n: int, rec: dict | None, state: State) -> None:
+        """A member that asked to leave met a failure on its way out (often its
+        own leave boundary's, when the others had already gone on without
+        it) and is not in generation n: what it asked for. Raises _Left."""
+        log.warning("mccl.elastic: generation %d goes on without this member, which asked to leave: left", n)
+        self._note(Change(n, rec.get("cause", "leave") if rec else "crash",
+                          len(rec["members"]) if rec else 0, left=[self.id], step=state.step))
+        raise _Left()
+
     def _recover(self, state: State, error: Exception) -> None:
         """After a failure of generation n (its group failed, or never
         formed): the survivors among the members its record lists agree on
@@ -608,6 +642,9 @@ class Job:
                                 presumed_s=self.crash_grace_s)
         if rank in d["dead"]:
             self._drop_group()
+            if self._leave:
+                known = self.members.has(f"g/{n + 1}")
+                self._left_in_recovery(n + 1, self.members.generation(n + 1) if known else None, state)
             raise Excluded(f"mccl.elastic: {self.id} was left out of generation {n + 1}: the other members "
                            f"did not hear from it within {grace:g} s of the failure")
         dead = d["dead"]
@@ -631,6 +668,8 @@ class Job:
             # meets again in the recovery of that generation.
             self._drop_group()
             if self.id not in nxt["members"]:
+                if self._leave:
+                    self._left_in_recovery(n + 1, nxt, state)
                 raise Excluded(f"mccl.elastic: {self.id} is not a member of generation {n + 1}")
             # Those dead here are presumed dead there: waited for only as
             # long as a crash (not the unformed group's timeout). Not taken

@@ -68,6 +68,9 @@ if __name__ == "__main__":
     p.add_argument("--in-join-barrier", choices=["die", "skip"], default="",
                    help="at the first join: die in the old group's barrier, or skip it (as if this member "
                         "had passed it before another one's failure made it fail for the rest)")
+    p.add_argument("--fail-after-leave-barrier", action="store_true",
+                   help="when this member leaves: pass the old group's last barrier with the others, then fail "
+                        "as if that barrier had failed here (the others went on without it meanwhile)")
     a = p.parse_args()
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
@@ -125,6 +128,25 @@ if __name__ == "__main__":
             finally:
                 torch.distributed.barrier = real
         job._change = first_join
+
+    if a.fail_after_leave_barrier:
+        change = job._change
+
+        def leave(state, leavers, joiners):
+            real = torch.distributed.barrier
+
+            def barrier(*args, **kw):
+                real(*args, **kw)
+                print("FAILING after the leave barrier", flush=True)
+                raise torch.distributed.DistBackendError(
+                    f"mccl rank {job.rank}/{job.world}: injected failure after the leave barrier")
+            if job.rank in leavers:
+                torch.distributed.barrier = barrier
+            try:
+                return change(state, leavers, joiners)
+            finally:
+                torch.distributed.barrier = real
+        job._change = leave
 
     def on_step(job, state, loss):
         print(f"COMMIT {state.step - 1} world {job.world} rank {job.rank} gen {job.generation}", flush=True)
