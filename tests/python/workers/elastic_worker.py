@@ -69,8 +69,8 @@ if __name__ == "__main__":
                    help="at the first join: die in the old group's barrier, or skip it (as if this member "
                         "had passed it before another one's failure made it fail for the rest)")
     p.add_argument("--fail-after-leave-barrier", action="store_true",
-                   help="when this member leaves: pass the old group's last barrier with the others, then fail "
-                        "as if that barrier had failed here (the others went on without it meanwhile)")
+                   help="when this member leaves: pass the old group's last barrier with the others and, once "
+                        "they have written the next generation, fail as if that barrier had failed here")
     a = p.parse_args()
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
@@ -137,6 +137,11 @@ if __name__ == "__main__":
 
             def barrier(*args, **kw):
                 real(*args, **kw)
+                # Fail once the others went on: their leave record is out
+                # (they write it right after the barrier).
+                end = time.monotonic() + 30
+                while not job.members.has(f"g/{job.generation + 1}") and time.monotonic() < end:
+                    time.sleep(0.01)
                 print("FAILING after the leave barrier", flush=True)
                 raise torch.distributed.DistBackendError(
                     f"mccl rank {job.rank}/{job.world}: injected failure after the leave barrier")
