@@ -85,18 +85,24 @@ class BucketTrace:
         return floor
 
     @staticmethod
+    def _aligned(everyone: list[list[dict]]):
+        """Each of rank 0's passes k as [(shift, pass k of a rank)] for every
+        rank that has it (rank 0 first): shift, in ms, puts that rank's times
+        on rank 0's clock of that pass."""
+        for k, p0 in enumerate(everyone[0]):
+            yield [(1000 * (r[k]["wall0"] - p0["wall0"]), r[k]) for r in everyone if k < len(r)]
+
+    @staticmethod
     def merge(everyone: list[list[dict]]) -> tuple[list[dict], list[float]]:
         """Passes of every rank (rank 0 first) as one: a bucket is ready when
         the last rank handed it over and reduced when the last rank saw it
         done, in ms after rank 0's backward began. Also each pass's skew: the
         spread of the ranks' last hand-overs."""
         merged, skews = [], []
-        for k, p0 in enumerate(everyone[0]):
-            ranks = [r[k] for r in everyone if k < len(r)]
+        for ranks in BucketTrace._aligned(everyone):
             by_index: dict[int, dict] = {}
             lasts = []
-            for p in ranks:
-                shift = 1000 * (p["wall0"] - p0["wall0"])
+            for shift, p in ranks:
                 lasts.append(shift + max((b["ready_ms"] for b in p["buckets"]), default=0.0))
                 for b in p["buckets"]:
                     m = by_index.setdefault(b["index"], {"index": b["index"], "bytes": b["bytes"],
@@ -104,7 +110,7 @@ class BucketTrace:
                     m["ready_ms"] = max(m["ready_ms"], shift + b["ready_ms"])
                     m["done_ms"] = max(m["done_ms"], shift + BucketTrace._done(p, b))
             merged.append({"buckets": list(by_index.values()),
-                           "end_ms": max(1000 * (p["wall0"] - p0["wall0"]) + p["end_ms"] for p in ranks)})
+                           "end_ms": max(shift + p["end_ms"] for shift, p in ranks)})
             skews.append(max(lasts) - min(lasts))
         return merged, skews
 
@@ -117,13 +123,11 @@ class BucketTrace:
         more than the others', something at that point of the step (not the
         links) holds the ranks back."""
         per: dict[int, dict] = {}
-        for k, p0 in enumerate(everyone[0]):
-            ranks = [r[k] for r in everyone if k < len(r)]
+        for ranks in BucketTrace._aligned(everyone):
             if len(ranks) < len(everyone):
                 continue
             seen: dict[int, list[tuple[float, float]]] = {}
-            for p in ranks:
-                shift = 1000 * (p["wall0"] - p0["wall0"])
+            for shift, p in ranks:
                 for b in p["buckets"]:
                     seen.setdefault(b["index"], []).append(
                         (shift + b["ready_ms"], shift + BucketTrace._done(p, b)))
