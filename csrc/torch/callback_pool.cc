@@ -8,6 +8,7 @@
 
 #include "util/logging.h"
 #include "util/thread_name.h"
+#include "util/thread_priority.h"
 
 namespace mccl::torch_adapter {
 namespace {
@@ -29,6 +30,7 @@ class CallbackPool {
       try {
         std::thread([this] {
           nameThisThread("mccl-then");
+          prioritizeThisThread("mccl-then");
           tIsCallbackThread = true;
           loop();
         }).detach();  // lives as long as the process (the pool is never destroyed)

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "util/thread_name.h"
+#include "util/thread_priority.h"
 
 namespace mccl::torch_adapter {
 namespace {
@@ -23,6 +24,7 @@ class Completer {
       // Lives as long as the process (the Completer is never destroyed).
       std::thread([this] {
         nameThisThread("mccl-complete");
+        prioritizeThisThread("mccl-complete");
         tIsCompleter = true;
         loop();
       }).detach();

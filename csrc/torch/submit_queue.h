@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "util/thread_name.h"
+#include "util/thread_priority.h"
 
 namespace mccl::torch_adapter {
 
@@ -38,6 +39,7 @@ class SubmitQueue {
     if (!thread_.joinable() && !stopping_) {
       thread_ = std::thread([this] {
         nameThisThread("mccl-submit");
+        prioritizeThisThread("mccl-submit");
         loop();
       });
     }

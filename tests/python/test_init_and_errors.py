@@ -39,6 +39,18 @@ def test_a_timeout_set_after_creation_holds_for_point_to_point():
     run_workers("p2p_timeout.py", 2)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="reads thread priorities from /proc")
+@pytest.mark.parametrize("mode", [None, "normal", "latency", "high"])
+def test_thread_priority_sets_mccl_threads_only(mode):
+    # None: the default (the worker reads the variable as the library does)
+    outs = run_workers("thread_priority.py", 3, env={"MCCL_THREAD_PRIORITY": mode} if mode else {})
+    for out in outs:
+        if "PRIORITY complete=False" in out:  # what could not be set is said once per process
+            assert out.count("MCCL_THREAD_PRIORITY: ") == 1, out[-2000:]
+        else:
+            assert "MCCL_THREAD_PRIORITY: " not in out, out[-2000:]
+
+
 SETTING_PROBE = """
 import os, sys, datetime
 import torch.distributed as dist
@@ -78,6 +90,7 @@ else:
     ("MCCL_LOG_LEVEL", "verbose-please", ["MCCL_LOG_LEVEL=verbose-please", "ERROR, WARN, INFO, DEBUG, TRACE"]),
     ("MCCL_PORT_RANGE", "1000abc-2000", ["MCCL_PORT_RANGE=1000abc-2000", "LOW-HIGH"]),
     ("MCCL_WIRE_SECURITY", "yes", ["MCCL_WIRE_SECURITY=yes", "off, integrity, encrypt"]),
+    ("MCCL_THREAD_PRIORITY", "urgent", ["MCCL_THREAD_PRIORITY=urgent", "not one of normal, latency, high"]),
     ("MCCL_TRACE_DIR", "/nonexistent/mccl-trace", ["MCCL_TRACE_DIR=/nonexistent/mccl-trace",
                                                    "No such file or directory"]),
     ("MCCL_TRACE_DIR", sys.executable, [f"MCCL_TRACE_DIR={sys.executable} is not a directory"]),

@@ -11,6 +11,7 @@
 #include "util/logging.h"
 #include "util/check.h"
 #include "util/params.h"
+#include "util/thread_priority.h"
 #include "util/trace.h"
 
 namespace mccl {
@@ -46,6 +47,9 @@ CommConfig CommConfig::fromEnv(int rank, int size) {
   // The process's reduction helpers read MCCL_REDUCE_THREADS at the first
   // reduction; parsed here too, so a malformed value fails at init.
   (void)params::reduceThreads();
+  // MCCL_THREAD_PRIORITY is read as each data-path thread starts: parsed
+  // here too, so a malformed value fails at init.
+  (void)parseThreadPriority(params::threadPriority());
   c.validate();
   return c;
 }

@@ -2,6 +2,7 @@
 
 #include "comm/op_context.h"
 #include "util/thread_name.h"
+#include "util/thread_priority.h"
 #include "util/trace.h"
 
 namespace mccl {
@@ -14,6 +15,7 @@ Engine::~Engine() { stop(); }
 void Engine::start() {
   thread_ = std::thread([this] {
     nameThisThread("mccl-engine");
+    prioritizeThisThread("mccl-engine");
     owner_.bindToThisThread();
     loop();
   });

@@ -7,6 +7,7 @@
 
 #include "util/params.h"
 #include "util/thread_name.h"
+#include "util/thread_priority.h"
 
 namespace mccl::kernels {
 
@@ -15,6 +16,7 @@ ReducePool::ReducePool(int helpers, size_t minPartBytes)
   for (int i = 0; i < helpers; ++i) {
     threads_.emplace_back([this] {
       nameThisThread("mccl-reduce");
+      prioritizeThisThread("mccl-reduce");
       loop();
     });
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "util/thread_name.h"
+#include "util/thread_priority.h"
 #include "util/bytes.h"
 #include "util/check.h"
 #include "util/crc32c.h"
@@ -76,10 +77,12 @@ void Connection::start() {
   recvThread_ = std::thread([this] {
     recvThreadId_.store(std::this_thread::get_id());
     nameThisThread("mccl-recv");
+    prioritizeThisThread("mccl-recv");
     recvLoop();
   });
   sendThread_ = std::thread([this] {
     nameThisThread("mccl-send");
+    prioritizeThisThread("mccl-send");
     sendLoop();
   });
 }
