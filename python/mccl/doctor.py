@@ -3,7 +3,8 @@
 Run on every rank (torchrun across machines, or local / network-lab ranks
 started by ``mccl doctor --nproc N`` / ``--netlab NAME``). Rank 0 prints each
 rank's interface and address, its socket-buffer limits with the sysctl that
-raises them, the pairwise TCP goodput matrix measured over MCCL's own
+raises them, how MCCL's network threads are scheduled (MCCL_THREAD_PRIORITY,
+read back from /proc on Linux), the pairwise TCP goodput matrix measured over MCCL's own
 transport, and names the slowest link and, when one host is slow on all its
 links, that host.
 
@@ -21,6 +22,7 @@ import platform
 import socket
 import statistics
 import subprocess
+import threading
 import time
 
 import torch
@@ -68,6 +70,42 @@ def socket_limits() -> dict:
             if m is not None and m < 2 * ADVISED_BUFFER else []
     else:
         out["advice"] = []
+    return out
+
+
+def _sched(tid) -> tuple[int, int]:
+    """A thread's nice value and time slice in ns (Linux: /proc)."""
+    with open(f"/proc/self/task/{tid}/sched") as f:
+        slice_ns = next(int(line.split(":")[1]) for line in f if line.startswith("se.slice"))
+    return os.getpriority(os.PRIO_PROCESS, int(tid)), slice_ns
+
+
+def thread_scheduling() -> dict:
+    """How this process's MCCL data-path threads (receive, send, engine) are
+    scheduled against its own thread: MCCL_THREAD_PRIORITY as set (or its
+    default), and on Linux every such thread's nice value and time slice
+    read back from /proc (elsewhere not read)."""
+    from . import params
+    default = next(p["default"] for p in params() if p["name"] == "MCCL_THREAD_PRIORITY")
+    out: dict = {"setting": os.environ.get("MCCL_THREAD_PRIORITY") or default, "kernel": platform.release()}
+    if platform.system() != "Linux":
+        return out
+    try:
+        out["main"] = list(_sched(threading.get_native_id()))
+    except (OSError, StopIteration):
+        return out
+    seen: dict[str, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            if name in ("mccl-recv", "mccl-send", "mccl-engine"):
+                nice, slice_ns = _sched(tid)
+                key = f"nice {nice}, slice {slice_ns / 1e6:.2f} ms"
+                seen[key] = seen.get(key, 0) + 1
+        except (OSError, ProcessLookupError, StopIteration):
+            pass  # ended meanwhile
+    out["threads"] = seen
     return out
 
 
@@ -119,11 +157,12 @@ def diagnose(matrix: list[list[float]]) -> dict:
 def run(args) -> dict | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    matrix = measure_matrix(args.bytes, args.rounds) if world > 1 else [[0.0]]
+    # After the matrix: every connection (and its threads) exists by now.
     info = {"rank": rank, "hostname": socket.gethostname(), "interface": backend.interface,
-            "address": backend.address, "limits": socket_limits()}
+            "address": backend.address, "limits": socket_limits(), "threads": thread_scheduling()}
     infos = [None] * world
     dist.all_gather_object(infos, info)
-    matrix = measure_matrix(args.bytes, args.rounds) if world > 1 else [[0.0]]
     if rank != 0:
         return None
     report = {"ranks": infos, "matrix_GBps": matrix, "bytes": args.bytes, "rounds": args.rounds,
@@ -157,6 +196,19 @@ def render(r: dict) -> str:
         lines += [f"  {c}" for c in advice]
         lines.append("  (macOS: sudo sysctl -w kern.ipc.maxsockbuf=33554432; Linux: the lines above; "
                      "MCCL_SOCKET_BUFFER sets what MCCL asks for)")
+    lines += ["", "MCCL's receive, send and engine threads (MCCL_THREAD_PRIORITY; the rank's own thread in brackets):"]
+    for i in infos:
+        t = i.get("threads") or {}
+        if "threads" not in t:
+            lines.append(f"  r{i['rank']:<3} {t.get('setting')}: not read on this system")
+            continue
+        got = "; ".join(f"{n}x {k}" for k, n in sorted(t["threads"].items())) or "none running"
+        nice, slice_ns = t["main"]
+        lines.append(f"  r{i['rank']:<3} {t['setting']}: {got}  [nice {nice}, slice {slice_ns / 1e6:.2f} ms]")
+        if t["setting"] != "normal" and t["threads"] and all(
+                k.endswith(f"slice {slice_ns / 1e6:.2f} ms") for k in t["threads"]):
+            lines.append(f"       kernel {t['kernel']} gives every thread the same slice: a short one for MCCL's "
+                         f"threads needs Linux 6.12 or later")
     if world > 1:
         lines += ["", f"TCP goodput over MCCL, MB/s (row sends, column receives; "
                       f"{_mb(r['bytes'])} messages, all links loaded, median of {r['rounds']}):",

@@ -61,3 +61,32 @@ def test_doctor_on_local_ranks():
     report["diagnosis"]["others_median_GBps"] = {int(k): v for k, v in report["diagnosis"]["others_median_GBps"].items()}
     text = render(report)
     assert "TCP goodput over MCCL" in text and "slowest link: rank" in text
+    # Each rank's MCCL threads as scheduled (the default setting: latency),
+    # read back from /proc: on Linux 6.12+ a 0.1 ms slice, the rank's own
+    # thread left with the kernel's.
+    import platform
+    has_slices = tuple(int(x) for x in platform.release().split(".")[:2]) >= (6, 12)
+    for info in report["ranks"]:
+        t = info["threads"]
+        assert t["setting"] == "latency", t
+        assert sum(t["threads"].values()) >= 1 + 2 * 2, t  # an engine; a receive and a send thread per peer
+        main_nice, main_slice = t["main"]
+        want = f"nice {main_nice}, slice {(100_000 if has_slices else main_slice) / 1e6:.2f} ms"
+        assert list(t["threads"]) == [want], t
+        assert f"r{info['rank']:<3} latency: {sum(t['threads'].values())}x {want}" in text, text
+
+
+def test_doctor_says_when_the_kernel_has_no_short_slices():
+    info = {"rank": 0, "hostname": "h", "interface": "eth0", "address": "198.18.0.1:1",
+            "limits": {"os": "Linux", "net.core.rmem_max": 1 << 25, "net.core.wmem_max": 1 << 25,
+                       "net.ipv4.tcp_rmem": [1, 2, 1 << 25], "net.ipv4.tcp_wmem": [1, 2, 1 << 25], "advice": []},
+            "threads": {"setting": "latency", "kernel": "6.1.0", "main": [0, 3_000_000],
+                        "threads": {"nice 0, slice 3.00 ms": 5}}}
+    report = {"ranks": [info], "matrix_GBps": [[0.0]], "bytes": 1, "rounds": 1, "diagnosis": {}}
+    text = render(report)
+    assert "r0   latency: 5x nice 0, slice 3.00 ms  [nice 0, slice 3.00 ms]" in text, text
+    assert "kernel 6.1.0 gives every thread the same slice: a short one for MCCL's threads needs Linux 6.12" in text
+    info["threads"]["threads"] = {"nice 0, slice 0.10 ms": 5}
+    assert "gives every thread the same slice" not in render(report)
+    info["threads"] = {"setting": "latency", "kernel": "24.1.0"}  # macOS: not read
+    assert "r0   latency: not read on this system" in render(report)
