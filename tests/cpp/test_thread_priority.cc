@@ -24,6 +24,7 @@
 
 #include "harness.h"
 #include "util/error.h"
+#include "util/params.h"
 #include "util/thread_priority.h"
 
 namespace mccl {
@@ -128,6 +129,19 @@ TEST(ThreadPriority, ParsesOnlyTheThreeNames) {
                 std::string::npos)
           << e.what();
     }
+  }
+}
+
+TEST(ThreadPriority, OnlyAGivenSettingWarnsWhereRefused) {
+  {
+    ScopedEnv env("MCCL_THREAD_PRIORITY", "latency");
+    EXPECT_TRUE(threadPriorityExplicit());
+    EXPECT_EQ(threadPriority(), ThreadPriority::kLatency);
+  }
+  {
+    ScopedEnv env("MCCL_THREAD_PRIORITY", "");  // empty: the default, as if unset
+    EXPECT_FALSE(threadPriorityExplicit());
+    EXPECT_EQ(threadPriority(), parseThreadPriority(params::spec::threadPriority.def));
   }
 }
 

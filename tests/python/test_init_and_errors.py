@@ -45,10 +45,10 @@ def test_thread_priority_sets_mccl_threads_only(mode):
     # None: the default (the worker reads the variable as the library does)
     outs = run_workers("thread_priority.py", 3, env={"MCCL_THREAD_PRIORITY": mode} if mode else {})
     for out in outs:
-        if "PRIORITY complete=False" in out:  # what could not be set is said once per process
+        if "PRIORITY complete=False" in out and mode:  # what could not be set is said once per process
             assert out.count("MCCL_THREAD_PRIORITY: ") == 1, out[-2000:]
-        else:
-            assert "MCCL_THREAD_PRIORITY: " not in out, out[-2000:]
+        else:  # (the default where the kernel cannot: a line at INFO, not shown)
+            assert "MCCL_THREAD_PRIORITY" not in out, out[-2000:]
 
 
 SETTING_PROBE = """

@@ -107,14 +107,25 @@ PriorityOutcome setThisThreadPriority(ThreadPriority p) {
 #endif
 }
 
+bool threadPriorityExplicit() {
+  const char* v = std::getenv("MCCL_THREAD_PRIORITY");
+  return v != nullptr && *v != '\0';
+}
+
 void prioritizeThisThread(const char* threadName) {
   const ThreadPriority p = threadPriority();
   if (p == ThreadPriority::kNormal) return;
   PriorityOutcome out = setThisThreadPriority(p);
-  static std::atomic<bool> warned{false};
-  if (!out.applied && !warned.exchange(true)) {
+  static std::atomic<bool> told{false};
+  if (out.applied || told.exchange(true)) return;
+  // Asked for: a warning. The default on a system that cannot give it (a
+  // kernel before 6.12): a note at INFO, not a warning on every run.
+  if (threadPriorityExplicit()) {
     MCCL_LOG(kWarn, "MCCL_THREAD_PRIORITY: ", threadName, " is not scheduled as asked: ", out.why,
              " (this warning is printed once per process)");
+  } else {
+    MCCL_LOG(kInfo, "MCCL_THREAD_PRIORITY (default ", params::spec::threadPriority.def, "): ", threadName,
+             " keeps the kernel's scheduling: ", out.why);
   }
 }
 

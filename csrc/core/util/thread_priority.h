@@ -9,7 +9,8 @@
 //            sched_runtime for a fair-class thread), so the woken thread
 //            preempts a busy core's thread at once; its share of CPU time
 //            stays the same, and no privilege is needed. Older kernels
-//            ignore the slice (one warning). macOS: the quality-of-service
+//            ignore the slice (a warning where the setting was given, a
+//            line at INFO for the default). macOS: the quality-of-service
 //            class user-interactive.
 //   high     latency, and on Linux nice -10 as well (a larger share of CPU
 //            time), which needs root, CAP_SYS_NICE or an RLIMIT_NICE of at
@@ -43,9 +44,13 @@ struct PriorityOutcome {
 // calls; no logging.
 PriorityOutcome setThisThreadPriority(ThreadPriority p);
 
+// Whether MCCL_THREAD_PRIORITY is set (not empty) in the environment.
+bool threadPriorityExplicit();
+
 // For MCCL's data-path threads at their start: applies threadPriority() and,
-// the first time something is refused in this process, warns naming the
-// thread and the reason.
+// the first time something is refused in this process, says so naming the
+// thread and the reason: a warning where the setting was given, a line at
+// INFO where it is the default (so a kernel before 6.12 runs quietly).
 void prioritizeThisThread(const char* threadName);
 
 // The Linux nice value that "high" sets, and the slice "latency" asks for.
