@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "util/logging.h"
-#include "util/thread_name.h"
 #include "util/thread_priority.h"
 
 namespace mccl::torch_adapter {
@@ -29,8 +28,7 @@ class CallbackPool {
       if (threads_ == kManyThreads) warnOnce("many callbacks wait for later operations");
       try {
         std::thread([this] {
-          nameThisThread("mccl-then");
-          prioritizeThisThread("mccl-then");
+          nameDataPathThread("mccl-then");
           tIsCallbackThread = true;
           loop();
         }).detach();  // lives as long as the process (the pool is never destroyed)

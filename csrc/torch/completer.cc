@@ -7,7 +7,6 @@
 #include <thread>
 #include <utility>
 
-#include "util/thread_name.h"
 #include "util/thread_priority.h"
 
 namespace mccl::torch_adapter {
@@ -23,8 +22,7 @@ class Completer {
       started_ = true;
       // Lives as long as the process (the Completer is never destroyed).
       std::thread([this] {
-        nameThisThread("mccl-complete");
-        prioritizeThisThread("mccl-complete");
+        nameDataPathThread("mccl-complete");
         tIsCompleter = true;
         loop();
       }).detach();

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <thread>
 
-#include "util/thread_name.h"
 #include "util/thread_priority.h"
 
 namespace mccl::torch_adapter {
@@ -38,8 +37,7 @@ class SubmitQueue {
     }
     if (!thread_.joinable() && !stopping_) {
       thread_ = std::thread([this] {
-        nameThisThread("mccl-submit");
-        prioritizeThisThread("mccl-submit");
+        nameDataPathThread("mccl-submit");
         loop();
       });
     }

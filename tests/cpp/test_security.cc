@@ -15,6 +15,7 @@
 
 #include "comm/job_secret.h"
 #include "connection_rig.h"
+#include "scoped_env.h"
 #include "harness.h"
 #include "transport/handshake.h"
 #include "util/bytes.h"
@@ -167,12 +168,7 @@ TEST(WireSettings, DifferentChunkOrFrameSizesAreRefusedAtCreation) {
   EXPECT_NE(errors[1].find("MCCL_ALGO"), std::string::npos) << errors[1];
 }
 
-// Sets an environment variable for one scope.
-struct Env {
-  std::string name;
-  Env(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
-  ~Env() { ::unsetenv(name.c_str()); }
-};
+using Env = test::ScopedEnv;
 
 std::string loadError() {
   try {

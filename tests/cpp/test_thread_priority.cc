@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "scoped_env.h"
 #include "util/error.h"
 #include "util/params.h"
 #include "util/thread_priority.h"
@@ -30,24 +31,7 @@
 namespace mccl {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using test::ScopedEnv;
 
 int niceOf(long tid) {
   errno = 0;

@@ -1,7 +1,6 @@
 #include "comm/engine.h"
 
 #include "comm/op_context.h"
-#include "util/thread_name.h"
 #include "util/thread_priority.h"
 #include "util/trace.h"
 
@@ -14,8 +13,7 @@ Engine::~Engine() { stop(); }
 
 void Engine::start() {
   thread_ = std::thread([this] {
-    nameThisThread("mccl-engine");
-    prioritizeThisThread("mccl-engine");
+    nameDataPathThread("mccl-engine");
     owner_.bindToThisThread();
     loop();
   });

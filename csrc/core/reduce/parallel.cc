@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "util/params.h"
-#include "util/thread_name.h"
 #include "util/thread_priority.h"
 
 namespace mccl::kernels {
@@ -15,8 +14,7 @@ ReducePool::ReducePool(int helpers, size_t minPartBytes)
     : minPartBytes_(std::max<size_t>(1, minPartBytes)) {
   for (int i = 0; i < helpers; ++i) {
     threads_.emplace_back([this] {
-      nameThisThread("mccl-reduce");
-      prioritizeThisThread("mccl-reduce");
+      nameDataPathThread("mccl-reduce");
       loop();
     });
   }

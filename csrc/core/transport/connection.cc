@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "util/thread_name.h"
 #include "util/thread_priority.h"
 #include "util/bytes.h"
 #include "util/check.h"
@@ -76,13 +75,11 @@ void Connection::start() {
   }
   recvThread_ = std::thread([this] {
     recvThreadId_.store(std::this_thread::get_id());
-    nameThisThread("mccl-recv");
-    prioritizeThisThread("mccl-recv");
+    nameDataPathThread("mccl-recv");
     recvLoop();
   });
   sendThread_ = std::thread([this] {
-    nameThisThread("mccl-send");
-    prioritizeThisThread("mccl-send");
+    nameDataPathThread("mccl-send");
     sendLoop();
   });
 }

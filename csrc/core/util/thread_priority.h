@@ -22,6 +22,8 @@
 #include <string>
 #include <string_view>
 
+#include "util/thread_name.h"
+
 namespace mccl {
 
 enum class ThreadPriority { kNormal, kLatency, kHigh };
@@ -52,6 +54,13 @@ bool threadPriorityExplicit();
 // thread and the reason: a warning where the setting was given, a line at
 // INFO where it is the default (so a kernel before 6.12 runs quietly).
 void prioritizeThisThread(const char* threadName);
+
+// The first call of a data-path thread: names it (thread_name.h) and
+// schedules it as above.
+inline void nameDataPathThread(const char* name) {
+  nameThisThread(name);
+  prioritizeThisThread(name);
+}
 
 // The Linux nice value that "high" sets, and the slice "latency" asks for.
 inline constexpr int kHighNice = -10;
