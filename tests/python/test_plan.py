@@ -145,12 +145,18 @@ def test_plan_cli_needs_its_inputs_and_prints_json():
 
 
 def test_scaling_bench_feeds_the_plan(tmp_path):
-    out, s, _ = scaling(tmp_path, "--ns", "1,2", "--backends", "mccl,gloo", "--preset", "tiny", "--steps", "3",
-                        "--warmup", "1", "--batch", "4")
+    out, s, printed = scaling(tmp_path, "--ns", "1,2", "--backends", "mccl,gloo", "--preset", "tiny", "--steps",
+                              "3", "--warmup", "1", "--batch", "4")
     runs = out["runs"]
     assert [(r["world"], r["backend"]) for r in runs] == [(1, "none"), (2, "mccl"), (2, "gloo")]
     assert runs[0]["efficiency"] == pytest.approx(1.0)
     assert all(0 < r["efficiency"] for r in runs) and all(0 <= r["hidden_share"] <= 1 for r in runs[1:])
+    # Against the same ranks' steps without synchronisation (DDP's no_sync),
+    # both the slowest rank's; not for the one-rank baseline.
+    assert "efficiency_vs_nosync" not in runs[0] and "vs no-sync" in printed
+    for r in runs[1:]:
+        assert r["step_nosync_s"] > 0 and r["efficiency_vs_nosync"] == pytest.approx(r["step_nosync_s"] / r["step_s"])
+        assert f"{100 * r['efficiency_vs_nosync']:.1f}%" in printed
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "plan", "--scaling", str(s), "--link-gbit", "9.4",
                         "--alpha-us", "50", "--overhead-us", "10"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

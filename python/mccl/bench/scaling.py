@@ -2,6 +2,12 @@
 and Gloo: samples/s, parallel efficiency (throughput at N over N times the
 throughput at 1) and the share of the gradient all-reduce hidden behind
 backward. Ranks are local processes, or network-lab hosts with --netlab.
+
+With DDP the N ranks also run the same steps without synchronising their
+gradients (DDP's no_sync); "vs no-sync" is that step over the synchronised
+one, both the slowest rank's. Where the ranks share a machine's cores (a
+network lab), the N-rank step slows down without any communication as well;
+this column leaves that out and keeps what synchronisation costs.
 The JSON it writes is what `mccl plan --scaling` reads."""
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ def run(args) -> dict:
           f"{' (queued: host work overlapped)' if args.emulate_queue else ''}"
           f"{', fused AdamW' if args.optimizer == 'adamw-fused' else ''}"
           f"{', FSDP2 (no hidden share: its all-gathers cannot be skipped)' if args.fsdp else ', DDP'}", flush=True)
-    print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'hidden':>7}"
+    print(f"{'backend':>8} {'N':>3} {'samples/s':>10} {'step (ms)':>10} {'efficiency':>11} {'vs no-sync':>11}"
+          f" {'hidden':>7}"
           + (f" {'tail (ms)':>10} {'over floor':>10} {'skew':>6}" if tail else ""), flush=True)
     one = None
     for n in ns:
@@ -72,9 +79,12 @@ def run(args) -> dict:
             if n == 1:
                 one = r
             r["efficiency"] = r["samples_per_s"] / (n * one["samples_per_s"]) if one else None
+            if r.get("step_nosync_s"):
+                r["efficiency_vs_nosync"] = r["step_nosync_s"] / r["step_s"]
             runs.append(r)
             hidden = f"{100 * r['hidden_share']:.0f}%" if "hidden_share" in r else "-"
             eff = f"{100 * r['efficiency']:.1f}%" if r["efficiency"] is not None else "-"
+            vs = f"{100 * r['efficiency_vs_nosync']:.1f}%" if "efficiency_vs_nosync" in r else "-"
             bt = r.get("bucket_trace", {})
             tail_ms = f"{bt['tail_ms']:.1f}" if bt else "-"
             # over the link floor, every rank's hand-overs counted (rank 0's alone on one rank)
@@ -82,7 +92,7 @@ def run(args) -> dict:
             over = f"{over:.1f}" if over is not None else "-"
             skew = f"{bt['skew_ms']:.1f}" if "skew_ms" in bt else "-"
             print(f"{r['backend']:>8} {n:>3} {r['samples_per_s']:>10.1f} {r['step_s'] * 1000:>10.1f} "
-                  f"{eff:>11} {hidden:>7}" + (f" {tail_ms:>10} {over:>10} {skew:>6}" if tail else ""),
+                  f"{eff:>11} {vs:>11} {hidden:>7}" + (f" {tail_ms:>10} {over:>10} {skew:>6}" if tail else ""),
                   flush=True)
     out = {"preset": args.preset, "batch_per_rank": args.batch, "device": args.device,
            "emulate_ms": args.emulate_ms, "emulate_queue": bool(args.emulate_queue),

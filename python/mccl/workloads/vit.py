@@ -16,7 +16,8 @@ reduce-scattered, instead of DDP's gradient all-reduce.
 Prints a progress line per step and a summary: samples/s over the timed
 steps (after --warmup), step time, and with --measure-overlap the step time
 without gradient synchronisation and the time of the gradient all-reduce
-alone, from which the share of communication hidden behind backward follows.
+alone, from which the share of communication hidden behind backward follows
+(step times are the slowest rank's, with and without synchronisation).
 The summary's last line starts with RESULT and holds JSON (for tools).
 """
 
@@ -400,16 +401,20 @@ def main(argv=None) -> int:
         for _ in range(3):
             dist.all_reduce(flat)
         sync()
-        comm = (time.perf_counter() - t0) / 3
-        exposed = max(0.0, step_s - result["step_nosync_s"])
-        result["allreduce_s"] = comm
-        result["hidden_share"] = max(0.0, min(1.0, 1 - exposed / comm)) if comm > 0 else 1.0
+        result["allreduce_s"] = (time.perf_counter() - t0) / 3
     if distributed:
-        # The slowest rank's time is the job's.
-        t = torch.tensor([step_s], dtype=torch.float64)
+        # The slowest rank's time is the job's, with and without the
+        # gradients' synchronisation.
+        t = torch.tensor([step_s, result.get("step_nosync_s", 0.0)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=dist.new_group(backend="gloo") if args.backend != "gloo" else None)
-        result["step_s"] = float(t.item())
+        result["step_s"] = float(t[0])
         result["samples_per_s"] = world * args.batch / result["step_s"]
+        if "step_nosync_s" in result:
+            result["step_nosync_s"] = float(t[1])
+    if "allreduce_s" in result:
+        comm = result["allreduce_s"]
+        exposed = max(0.0, result["step_s"] - result["step_nosync_s"])
+        result["hidden_share"] = max(0.0, min(1.0, 1 - exposed / comm)) if comm > 0 else 1.0
     if rank == 0:
         print(f"# {result['samples_per_s']:.1f} samples/s, {result['step_s'] * 1000:.1f} ms/step, "
               f"final loss {loss:.3f}", flush=True)
