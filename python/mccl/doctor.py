@@ -95,6 +95,7 @@ def thread_scheduling() -> dict:
     except (OSError, StopIteration):
         return out
     seen: dict[str, int] = {}
+    slices: set[int] = set()
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
@@ -103,9 +104,11 @@ def thread_scheduling() -> dict:
                 nice, slice_ns = _sched(tid)
                 key = f"nice {nice}, slice {slice_ns / 1e6:.2f} ms"
                 seen[key] = seen.get(key, 0) + 1
+                slices.add(slice_ns)
         except (OSError, ProcessLookupError, StopIteration):
             pass  # ended meanwhile
     out["threads"] = seen
+    out["slices_ns"] = sorted(slices)  # the MCCL threads' slices, in ns
     return out
 
 
@@ -205,8 +208,7 @@ def render(r: dict) -> str:
         got = "; ".join(f"{n}x {k}" for k, n in sorted(t["threads"].items())) or "none running"
         nice, slice_ns = t["main"]
         lines.append(f"  r{i['rank']:<3} {t['setting']}: {got}  [nice {nice}, slice {slice_ns / 1e6:.2f} ms]")
-        if t["setting"] != "normal" and t["threads"] and all(
-                k.endswith(f"slice {slice_ns / 1e6:.2f} ms") for k in t["threads"]):
+        if t["setting"] != "normal" and t.get("slices_ns") and set(t["slices_ns"]) == {slice_ns}:
             lines.append(f"       kernel {t['kernel']} gives every thread the same slice: a short one for MCCL's "
                          f"threads needs Linux 6.12 or later")
     if world > 1:

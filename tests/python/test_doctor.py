@@ -73,6 +73,7 @@ def test_doctor_on_local_ranks():
         main_nice, main_slice = t["main"]
         want = f"nice {main_nice}, slice {(100_000 if has_slices else main_slice) / 1e6:.2f} ms"
         assert list(t["threads"]) == [want], t
+        assert t["slices_ns"] == [100_000 if has_slices else main_slice], t
         assert f"r{info['rank']:<3} latency: {sum(t['threads'].values())}x {want}" in text, text
 
 
@@ -81,12 +82,17 @@ def test_doctor_says_when_the_kernel_has_no_short_slices():
             "limits": {"os": "Linux", "net.core.rmem_max": 1 << 25, "net.core.wmem_max": 1 << 25,
                        "net.ipv4.tcp_rmem": [1, 2, 1 << 25], "net.ipv4.tcp_wmem": [1, 2, 1 << 25], "advice": []},
             "threads": {"setting": "latency", "kernel": "6.1.0", "main": [0, 3_000_000],
-                        "threads": {"nice 0, slice 3.00 ms": 5}}}
+                        "threads": {"nice 0, slice 3.00 ms": 5}, "slices_ns": [3_000_000]}}
     report = {"ranks": [info], "matrix_GBps": [[0.0]], "bytes": 1, "rounds": 1, "diagnosis": {}}
     text = render(report)
     assert "r0   latency: 5x nice 0, slice 3.00 ms  [nice 0, slice 3.00 ms]" in text, text
     assert "kernel 6.1.0 gives every thread the same slice: a short one for MCCL's threads needs Linux 6.12" in text
     info["threads"]["threads"] = {"nice 0, slice 0.10 ms": 5}
+    info["threads"]["slices_ns"] = [100_000]
+    assert "gives every thread the same slice" not in render(report)
+    # Compared as numbers: two slices that print alike are still told apart.
+    info["threads"]["threads"] = {"nice 0, slice 3.00 ms": 5}
+    info["threads"]["slices_ns"] = [3_000_400]
     assert "gives every thread the same slice" not in render(report)
     info["threads"] = {"setting": "latency", "kernel": "24.1.0"}  # macOS: not read
     assert "r0   latency: not read on this system" in render(report)
