@@ -299,6 +299,37 @@ def test_scaling_report_medians_over_repeats(tmp_path):
         scaling_report.summarize([{"preset": "small"}])
 
 
+def test_scaling_report_vs_nosync_and_runs_without_a_baseline(tmp_path):
+    from mccl.bench import scaling_report
+    with_nosync = []
+    for step, nosync in ((1.0, 0.96), (1.02, 0.97), (1.01, 0.95)):
+        f = _scaling_file(0.95, {24: step}, {24: 1.05})
+        for r in f["runs"][1:]:
+            r["step_nosync_s"] = nosync
+            r["efficiency_vs_nosync"] = nosync / r["step_s"]
+        with_nosync.append(f)
+    rows = scaling_report.summarize(with_nosync)
+    m = next(r for r in rows if r["backend"] == "mccl")
+    assert m["vs_nosync"] == pytest.approx(0.97 / 1.02) and m["vs_nosync_min"] == pytest.approx(0.95 / 1.01)
+    assert m["vs_nosync_max"] == pytest.approx(0.96)
+    text = scaling_report.markdown(rows)
+    assert "| N | mccl efficiency (range) | mccl step | mccl vs no-sync | gloo efficiency" in text, text
+    assert "| 24 | 94.1 % (93.1–95.0) | 1010.0 ms | 95.1 % (94.1–96.0) |" in text, text
+    # The 24-rank runs alone (the one-rank baseline run apart): no
+    # efficiency, the rest as before; the plot leaves them out.
+    alone = [dict(f, runs=[dict(r, efficiency=None) for r in f["runs"] if r["world"] > 1]) for f in with_nosync]
+    rows = scaling_report.summarize(alone)
+    m = next(r for r in rows if r["backend"] == "mccl")
+    assert m["efficiency"] is None and m["vs_nosync"] == pytest.approx(0.97 / 1.02) and m["repeats"] == 3
+    assert "| 24 | – | 1010.0 ms | 95.1 % (94.1–96.0) |" in scaling_report.markdown(rows)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    scaling_report.plot(rows, str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
 def test_scaling_report_cli(tmp_path):
     paths = []
     for i, f in enumerate([_scaling_file(0.4, {2: 0.5}, {2: 0.6}), _scaling_file(0.4, {2: 0.44}, {2: 0.55})]):

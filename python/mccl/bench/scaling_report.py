@@ -1,8 +1,10 @@
 """mccl-bench scaling-report: several `mccl-bench scaling --json` files in
 one table (and plot): runs of the same workload are grouped, and each
 backend's efficiency at each N is given as the median over the repeats with
-its range, beside the median of MCCL's throughput over Gloo's (each run's
-ratio, so a slow repeat of one baseline does not skew another's)."""
+its range (and so is the step without synchronisation over the step, where
+the runs measured it), beside the median of MCCL's throughput over Gloo's
+(each run's ratio, so a slow repeat of one baseline does not skew
+another's). Files without the one-rank run have no efficiency ("–")."""
 
 from __future__ import annotations
 
@@ -37,10 +39,16 @@ def summarize(files: list[dict], ref: str = "mccl", base: str = "gloo") -> list[
         keys = sorted({(r["world"], r["backend"]) for f in reps for r in f["runs"] if r["world"] > 1})
         for n, b in keys:
             mine = [r for f in reps for r in f["runs"] if r["world"] == n and r["backend"] == b]
-            eff = [r["efficiency"] for r in mine]
+            # A file run without the one-rank baseline has no efficiency.
+            eff = [r["efficiency"] for r in mine if r.get("efficiency") is not None]
+            nosync = [r["efficiency_vs_nosync"] for r in mine if r.get("efficiency_vs_nosync") is not None]
             step = [r["step_s"] for r in mine]
             row = {"workload": name, "world": n, "backend": b, "repeats": len(mine),
-                   "efficiency": statistics.median(eff), "efficiency_min": min(eff), "efficiency_max": max(eff),
+                   "efficiency": statistics.median(eff) if eff else None,
+                   "efficiency_min": min(eff) if eff else None, "efficiency_max": max(eff) if eff else None,
+                   "vs_nosync": statistics.median(nosync) if nosync else None,
+                   "vs_nosync_min": min(nosync) if nosync else None,
+                   "vs_nosync_max": max(nosync) if nosync else None,
                    "step_s": statistics.median(step), "vs_base": None}
             if b == ref:
                 ratios = []
@@ -56,25 +64,36 @@ def summarize(files: list[dict], ref: str = "mccl", base: str = "gloo") -> list[
 
 def markdown(rows: list[dict], ref: str = "mccl", base: str = "gloo") -> str:
     """A table per workload: a row per N, each backend's median efficiency
-    (range over the repeats) and median step, then ref's throughput over base's."""
+    (range over the repeats) and median step (and, where the runs measured
+    it, the median step without synchronisation over the step: "vs
+    no-sync"), then ref's throughput over base's."""
+    def median_range(r, key):
+        if r[key] is None:
+            return "–"
+        return f"{100 * r[key]:.1f} % ({100 * r[key + '_min']:.1f}–{100 * r[key + '_max']:.1f})"
+
     out = []
     for name in dict.fromkeys(r["workload"] for r in rows):
         mine = [r for r in rows if r["workload"] == name]
         backends = sorted({r["backend"] for r in mine}, key=lambda b: (b != ref, b != base, b))
         reps = sorted({r["repeats"] for r in mine})
+        nosync = any(r.get("vs_nosync") is not None for r in mine)
+        per = 3 if nosync else 2
         out += ["" if out else None, f"{name} ({'/'.join(map(str, reps))} repeats):", "",
-                "| N | " + " | ".join(f"{b} efficiency (range) | {b} step" for b in backends)
+                "| N | " + " | ".join(f"{b} efficiency (range) | {b} step" + (f" | {b} vs no-sync" if nosync else "")
+                                     for b in backends)
                 + f" | {ref} vs {base} |",
-                "|---|" + "---|---|" * len(backends) + "---|"]
+                "|---|" + "---|" * per * len(backends) + "---|"]
         for n in sorted({r["world"] for r in mine}):
             cells, vs = [], ""
             for b in backends:
                 r = next((r for r in mine if r["world"] == n and r["backend"] == b), None)
                 if r is None:
-                    cells += ["", ""]
+                    cells += [""] * per
                     continue
-                cells += [f"{100 * r['efficiency']:.1f} % ({100 * r['efficiency_min']:.1f}–"
-                          f"{100 * r['efficiency_max']:.1f})", f"{1000 * r['step_s']:.1f} ms"]
+                cells += [median_range(r, "efficiency"), f"{1000 * r['step_s']:.1f} ms"]
+                if nosync:
+                    cells.append(median_range(r, "vs_nosync") if r.get("vs_nosync") is not None else "–")
                 if r["vs_base"] is not None:
                     vs = f"{r['vs_base']:.2f}×"
             out.append(f"| {n} | " + " | ".join(cells) + f" | {vs} |")
@@ -89,7 +108,9 @@ def plot(rows: list[dict], path: str) -> None:
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
     for ax, name in zip(axes[0], names):
         for b in sorted({r["backend"] for r in rows if r["workload"] == name}, key=lambda b: (b != "mccl", b)):
-            sel = [r for r in rows if r["workload"] == name and r["backend"] == b]
+            sel = [r for r in rows if r["workload"] == name and r["backend"] == b and r["efficiency"] is not None]
+            if not sel:
+                continue  # no one-rank baseline: no efficiency to draw
             x = [1] + [r["world"] for r in sel]
             y = [100.0] + [100 * r["efficiency"] for r in sel]
             lo = [0.0] + [100 * (r["efficiency"] - r["efficiency_min"]) for r in sel]
@@ -101,7 +122,8 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("ranks")
         ax.grid(True, alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     axes[0][0].set_ylabel("parallel efficiency (%, median and range)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
