@@ -8,6 +8,7 @@ gradients (DDP's no_sync); "vs no-sync" is that step over the synchronised
 one, both the slowest rank's. Where the ranks share a machine's cores (a
 network lab), the N-rank step slows down without any communication as well;
 this column leaves that out and keeps what synchronisation costs.
+
 The JSON it writes is what `mccl plan --scaling` reads."""
 
 from __future__ import annotations
