@@ -108,7 +108,7 @@ PriorityOutcome setThisThreadPriority(ThreadPriority p) {
 }
 
 bool threadPriorityExplicit() {
-  const char* v = std::getenv("MCCL_THREAD_PRIORITY");
+  const char* v = std::getenv(params::spec::threadPriority.env);
   return v != nullptr && *v != '\0';
 }
 
