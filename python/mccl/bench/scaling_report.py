@@ -93,7 +93,7 @@ def markdown(rows: list[dict], ref: str = "mccl", base: str = "gloo") -> str:
                     continue
                 cells += [median_range(r, "efficiency"), f"{1000 * r['step_s']:.1f} ms"]
                 if nosync:
-                    cells.append(median_range(r, "vs_nosync") if r.get("vs_nosync") is not None else "–")
+                    cells.append(median_range(r, "vs_nosync"))
                 if r["vs_base"] is not None:
                     vs = f"{r['vs_base']:.2f}×"
             out.append(f"| {n} | " + " | ".join(cells) + f" | {vs} |")
