@@ -19,6 +19,9 @@ def _route_host(store) -> str:
         s = s.underlying_store
     if isinstance(s, dist.TCPStore):
         return s.host
+    route = getattr(s, "route_host", None)  # mccl.elastic's EtcdStore: a host of the cluster
+    if isinstance(route, str) and route:
+        return route
     return os.environ.get("MASTER_ADDR", "")
 
 

@@ -1,0 +1,143 @@
+"""A real 3-node etcd cluster on 127.0.0.1, and the faults to inject into it
+(kill the leader, restart a node): for tests (tests/python/etcd_cluster.py's
+fixture) and `mccl-bench elastic --week --store etcd`.
+
+    cluster = EtcdCluster(Path("/tmp/etcd"))
+    cluster.start(); cluster.wait_leader()
+    job = mccl.elastic.Job(cluster.url("/myjob/"), ...)
+    cluster.kill(cluster.wait_leader())
+
+Every node runs in its own session (so a kill takes its whole process group)
+with its data under a temporary directory; the fixture kills every node at
+the end, also when the test fails. Without the `etcd` binary (Debian:
+`apt-get install etcd-server`, what scripts/setup.sh does) the tests skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ETCD = shutil.which("etcd")
+# Linux (util-linux's setpriv): a node gets SIGKILL when the thread that
+# started it dies, even by SIGKILL (when no fixture teardown runs).
+SETPRIV = shutil.which("setpriv")
+DIE_WITH_PARENT = [SETPRIV, "--pdeathsig", "KILL", "--"] if SETPRIV else []
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class EtcdCluster:
+    """``n`` etcd members; elections take about 1-2 s (heartbeat 100 ms,
+    election timeout 1000 ms)."""
+
+    def __init__(self, base: Path, n: int = 3, heartbeat_ms: int = 100, election_ms: int = 1000):
+        if ETCD is None:
+            raise RuntimeError("etcd_cluster: no `etcd` binary on PATH (apt-get install etcd-server)")
+        self.base = Path(base)
+        ports = _free_ports(2 * n)
+        self.client_ports, self.peer_ports = ports[:n], ports[n:]
+        self.names = [f"n{i}" for i in range(n)]
+        self.timing = [f"--heartbeat-interval={heartbeat_ms}", f"--election-timeout={election_ms}"]
+        self.token = f"mccl-test-{uuid.uuid4().hex[:8]}"
+        self.procs: list[subprocess.Popen | None] = [None] * n
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [f"127.0.0.1:{p}" for p in self.client_ports]
+
+    def url(self, prefix: str = "") -> str:
+        return "etcd://" + ",".join(self.endpoints) + prefix
+
+    def _argv(self, i: int) -> list[str]:
+        c, p = f"http://127.0.0.1:{self.client_ports[i]}", f"http://127.0.0.1:{self.peer_ports[i]}"
+        cluster = ",".join(f"{nm}=http://127.0.0.1:{pp}" for nm, pp in zip(self.names, self.peer_ports))
+        return [ETCD, f"--name={self.names[i]}", f"--data-dir={self.base / self.names[i]}",
+                f"--listen-client-urls={c}", f"--advertise-client-urls={c}",
+                f"--listen-peer-urls={p}", f"--initial-advertise-peer-urls={p}",
+                f"--initial-cluster={cluster}", "--initial-cluster-state=new",
+                f"--initial-cluster-token={self.token}", *self.timing, "--log-level=warn"]
+
+    def start(self, i: int | None = None) -> None:
+        """Starts node ``i`` (every node when None); a restarted node keeps
+        its data directory and rejoins as the member it was."""
+        for j in (range(len(self.names)) if i is None else [i]):
+            assert self.procs[j] is None or self.procs[j].poll() is not None, f"node {j} is running"
+            log = open(self.base / f"{self.names[j]}.log", "ab")
+            self.procs[j] = subprocess.Popen(DIE_WITH_PARENT + self._argv(j), stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            log.close()
+
+    def kill(self, i: int) -> None:
+        """SIGKILL for node ``i`` (its whole session), reaped."""
+        p = self.procs[i]
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(10)
+
+    def stop(self) -> None:
+        for i in range(len(self.names)):
+            self.kill(i)
+
+    def status(self, i: int, timeout: float = 0.5) -> dict | None:
+        """Node ``i``'s /v3/maintenance/status, or None when it does not answer."""
+        req = urllib.request.Request(f"http://{self.endpoints[i]}/v3/maintenance/status", data=b"{}",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def leader(self) -> int | None:
+        """The node that says it leads (its member id is the leader id it reports)."""
+        for i in range(len(self.names)):
+            if self.procs[i] is None or self.procs[i].poll() is not None:
+                continue
+            st = self.status(i)
+            if st and st.get("leader") and st["leader"] == st.get("header", {}).get("member_id"):
+                return i
+        return None
+
+    def wait_leader(self, timeout: float = 20.0) -> int:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for i, p in enumerate(self.procs):
+                if p is not None and p.poll() is not None and p.returncode not in (-9,):
+                    raise RuntimeError(f"etcd node {i} exited with {p.returncode}: {self.log_tail(i)}")
+            lead = self.leader()
+            if lead is not None:
+                return lead
+            time.sleep(0.05)
+        raise TimeoutError(f"etcd cluster {self.endpoints} elected no leader within {timeout} s; "
+                           f"logs: {[self.log_tail(i) for i in range(len(self.names))]}")
+
+    def log_tail(self, i: int, n: int = 1500) -> str:
+        try:
+            return (self.base / f"{self.names[i]}.log").read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
