@@ -208,6 +208,11 @@ PYBIND11_MODULE(_C, m) {
           "sealed_frames_received",
           [](ProcessGroupMCCL& pg) { return pg.comm().sealedFramesReceived(); },
           "frames that arrived with a valid AES-GCM tag (MCCL_WIRE_SECURITY; diagnostics)")
+      .def(
+          "_learn_addresses", [](ProcessGroupMCCL& pg) { pg.comm().learnAddresses(); },
+          py::call_guard<py::gil_scoped_release>(),
+          "waits until every rank has published its listen address and keeps them all, so that "
+          "later connections need no store (mccl.elastic calls it as each generation's group forms)")
       .def_property_readonly(
           "failed_peers", [](ProcessGroupMCCL& pg) { return pg.comm().failedPeers(); },
           "ranks of this group whose connection failed (the peers this rank saw die)")

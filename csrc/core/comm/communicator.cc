@@ -395,6 +395,12 @@ std::shared_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclu
   return child;
 }
 
+void Communicator::learnAddresses() {
+  auto l = links();
+  if (!l) throwError(ErrorKind::kUsage, selfName(), ": learnAddresses on a group that shrank");
+  l->peers().learnAddresses(Deadline::after(cfg_.timeout));
+}
+
 size_t Communicator::numConnections() const {
   auto l = links();
   return l ? l->peers().open() : 0;

@@ -126,6 +126,11 @@ class Communicator final : public OpHost, public LinkOwner {
   // Ranks of this group whose connection failed (reset, or closed without a
   // goodbye): what this rank saw die. Elastic recovery reports them.
   std::vector<int> failedPeers() const;
+  // Waits (up to the group's timeout) until every rank of the group that
+  // made these links has published its listen address, and keeps them:
+  // from then on the group connects without the store. Elastic members call
+  // it once their group forms, so that they train through a store outage.
+  void learnAddresses();
 
   // Diagnostics: open connections, frames sent by reference to same-host
   // peers, connections the listener closed for failing the handshake.

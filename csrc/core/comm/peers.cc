@@ -57,6 +57,12 @@ SockAddr Peers::addressOf(int peer, Deadline deadline) {
   return a;
 }
 
+void Peers::learnAddresses(Deadline deadline) {
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (r != cfg_.rank) addressOf(r, deadline);
+  }
+}
+
 void Peers::adopt(Socket sock, int peer, bool accepted, const SessionKey& key,
                   uint16_t peerListenPort) {
   Peer& p = at(peer);

@@ -67,6 +67,11 @@ class Peers {
   // now gone (every connection ended, goodbyes on as many as it announced).
   bool connectionEnded(Connection& c);
 
+  // Waits (until `deadline`) for every other rank's listen address and
+  // remembers them all: later connections need no store (it may be away,
+  // or have restarted without them). Throws naming the first rank missing.
+  void learnAddresses(Deadline deadline);
+
   // Whether `peer` has a connection that is up (not ended, no goodbye).
   bool connected(int peer) const;
   // A probe of `peer` (comm/peer_probe.h): connects as connectionsTo()
