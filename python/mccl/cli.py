@@ -13,8 +13,11 @@
     mccl plan --scaling s.json --nodes 24,100,200 --price 1.5 --local-tflops 14 --ref-tflops 19.5
     mccl elastic serve --port 29400   # the job's store, on the machine that stays on
     mccl elastic status --store host:29400 --job vit
+    mccl elastic status --http http://host:29480       # every job and machine, from the status page
+    mccl elastic create --store host:29400 --job vit   # then start the fleet's workers
     mccl agent install --config fleet.toml   # on every Mac: lend it while its person is away
     mccl agent check --config fleet.toml     # what the agent would do now, and why
+    mccl --version                    # this mccl, and the torch it was built for
 """
 
 from __future__ import annotations
@@ -171,35 +174,22 @@ def _plan(a) -> int:
 
 
 def _elastic(a) -> int:
-    import datetime
-
-    import torch.distributed as dist
+    from .elastic import admin
 
     if a.action == "serve":
-        store = dist.TCPStore(a.host, a.port, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=60))
-        print(f"mccl elastic: store listening on {a.host}:{store.port}; jobs connect with "
-              f"--store <this machine's address>:{store.port} (Ctrl-C stops it)", flush=True)
-        try:
-            import time
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            return 0
-    from .elastic.membership import Membership
-    host, _, port = a.store.rpartition(":")
-    m = Membership(dist.TCPStore(host, int(port), is_master=False,
-                                 timeout=datetime.timedelta(seconds=10)), a.job)
-    n = m.latest()
-    if n < 0:
-        print(f"job {a.job!r}: no generation yet ({m.requests()} join requests)")
-        return 0
-    rec = m.generation(n)
-    print(f"job {a.job!r}: generation {n} ({rec.get('cause')}), {len(rec['members'])} members, "
-          f"step {rec.get('step')}; {m.requests() - int(rec['admitted'])} joiners waiting")
-    for r, mid in enumerate(rec["members"]):
-        print(f"  rank {r}: {mid}")
-    return 0
+        return admin.serve(a.host, a.port, None if a.no_http else a.http_port, a.sample_s)
+    if a.action == "status" and (a.fleet or a.http or a.json):
+        from .elastic.dashboard import report
+        if not a.http and not a.store:
+            print("mccl elastic status: give --store ADDRESS or --http URL", file=sys.stderr)
+            return 2
+        return report.main(a.http, a.store, a.json)
+    if not a.store:
+        print(f"mccl elastic {a.action}: give --store ADDRESS", file=sys.stderr)
+        return 2
+    if a.action == "end":
+        return admin.end(a.store, a.job, a.at_step)
+    return getattr(admin, a.action)(a.store, a.job)
 
 
 def _agent(a) -> int:
@@ -235,10 +225,41 @@ def _agent(a) -> int:
     return 0
 
 
+def version_text() -> str:
+    """mccl --version: this mccl, the torch it was compiled for, and the torch
+    it runs with."""
+    import platform
+
+    import torch
+
+    import mccl
+    b = mccl.build_info()
+    if b:
+        built = (f"built for torch {b['torch']} (CUDA {b['torch_cuda'] or 'none'}, C++11 ABI "
+                 f"{b['cxx11_abi']}) on {b['platform']}, Python {b['python']}, {b['compiler']}")
+    else:
+        built = "no build record (a source tree used in place?)"
+    wheel = b.get("mccl", "")
+    name = f"mccl {mccl.__version__}" + (f" (wheel {wheel})" if wheel not in ("", mccl.__version__) else "")
+    return (f"{name}\n"
+            f"  {built}\n"
+            f"  running with torch {torch.__version__} on Python {platform.python_version()}")
+
+
+class _Version(argparse.Action):
+    """--version, computed only when asked (it imports torch and mccl's extension)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="mccl", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--version", action=_Version, nargs=0,
+                    help="print this mccl's version and the torch it was built for, then exit")
     sub = ap.add_subparsers(dest="command", required=True)
 
     n = sub.add_parser("netlab", help="emulated switched-Ethernet fleet in network namespaces (root)")
@@ -324,11 +345,30 @@ def parser() -> argparse.ArgumentParser:
     e = sub.add_parser("elastic", help="elastic jobs: the store they meet at, and who is in")
     es = e.add_subparsers(dest="action", required=True)
     sv = es.add_parser("serve", help="run the jobs' TCPStore (on the one machine that stays on)")
-    sv.add_argument("--host", default="0.0.0.0")
+    sv.add_argument("--host", default="0.0.0.0", help="the address the store and the status page listen on")
     sv.add_argument("--port", type=int, default=29400)
-    est = es.add_parser("status", help="a job's current generation and members")
-    est.add_argument("--store", required=True, help="host:port of the store")
-    est.add_argument("--job", default="default")
+    sv.add_argument("--http-port", type=int, default=29480,
+                    help="the fleet's status page (/, /api/fleet, /metrics; docs/status-page.md): default 29480, "
+                         "0 a free port")
+    sv.add_argument("--no-http", action="store_true", help="serve the store only, no status page")
+    sv.add_argument("--sample-s", type=float, default=10.0,
+                    help="seconds between the samples of each job's night on the page (24 h are kept)")
+    for name, text in (("status", "a job's state, generation, members and waiting joiners"),
+                       ("create", "create a job: its first members may found it"),
+                       ("end", "end a job (at its next step boundary, or --at-step); a dormant one at once"),
+                       ("resume", "let members take up a stopped or ended job from its checkpoint")):
+        x = es.add_parser(name, help=text)
+        x.add_argument("--store", required=name != "status",
+                       help="the job's store: host:port, tcp://host:port or etcd://h1:2379,h2:2379,...")
+        x.add_argument("--job", default="default")
+        if name == "status":
+            x.add_argument("--fleet", action="store_true",
+                           help="every job and machine (from --store, or the page at --http), not one job")
+            x.add_argument("--http", metavar="URL",
+                           help="read the fleet from a status page (http://host:29480); implies --fleet")
+            x.add_argument("--json", action="store_true", help="the fleet as the page's JSON (/api/fleet)")
+        if name == "end":
+            x.add_argument("--at-step", type=int, default=None, help="the step to end at (default: the next)")
 
     ag = sub.add_parser("agent", help="lend this machine to the fleet while its person is away")
     ags = ag.add_subparsers(dest="action", required=True)
@@ -344,13 +384,31 @@ def parser() -> argparse.ArgumentParser:
                         help="run every collective, DDP and FSDP2 on this machine's device; print a report")
     st.add_argument("args", nargs=argparse.REMAINDER)
     sc = sub.add_parser("secret", help="write a job secret file for MCCL_SECRET_FILE (32 random bytes, mode 600)")
-    sc.add_argument("path", help="where to write it (refused if it exists, unless --force)")
+    sc.add_argument("path", nargs="?", help="where to write it (refused if it exists, unless --force); "
+                                            "with --token: the secret file to read")
     sc.add_argument("--force", action="store_true", help="replace an existing file")
+    sc.add_argument("--token", action="store_true",
+                    help="print the status page's token for the job secret at PATH (default: MCCL_SECRET_FILE "
+                         "or MCCL_SECRET) instead of writing a file")
     return ap
 
 
 def _secret(a) -> int:
-    from mccl.secret import write_secret
+    from mccl.secret import job_secret, read_secret_file, status_token, write_secret
+    if a.token:
+        try:
+            secret = read_secret_file(a.path) if a.path else job_secret()
+        except ValueError as e:
+            print(f"mccl secret --token: {e}", file=sys.stderr)
+            return 1
+        if secret is None:
+            print("mccl secret --token: give the secret file (or set MCCL_SECRET_FILE)", file=sys.stderr)
+            return 2
+        print(status_token(secret))
+        return 0
+    if not a.path:
+        print("mccl secret: give the path of the file to write", file=sys.stderr)
+        return 2
     try:
         path = write_secret(a.path, force=a.force)
     except (FileExistsError, OSError) as e:

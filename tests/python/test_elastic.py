@@ -6,8 +6,6 @@ protocol alone."""
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import re
 import signal
@@ -21,13 +19,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import mccl.elastic as elastic
 from conftest import run_workers
+from elastic_fleet import Fleet, _gen, _members, _store, ends_as_replayed, final_step, replay
 from mccl.elastic import ElasticSampler
-from mccl.elastic.membership import BeatWatch, KeySetter, Membership
-from mccl.launch import free_port
-
-WORKERS = Path(__file__).parent / "workers"
-sys.path.insert(0, str(WORKERS))
+from mccl.elastic.membership import BeatWatch, KeySetter
+from mccl.elastic.records import JoinRequest
 
 
 # ---------------------------------------------------------------- sampler
@@ -61,17 +58,7 @@ def test_sampler_rejects_bad_arguments():
 
 
 # ---------------------------------------------------- generation agreement
-def _store():
-    port = free_port()
-    master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                           timeout=datetime.timedelta(seconds=30))
-    return master, port
-
-
-def _client(port):
-    return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_a_joiner_receives_the_whole_live_state(world):
     # Model, optimizer, sampler, step, extra and the stateful objects (an LR
@@ -88,11 +75,11 @@ def test_survivors_agree_on_one_dead_set_under_races():
     results: dict[int, dict] = {}
 
     def survivor(rank, delay, dead_seen):
-        m = Membership(_client(port), "race")
+        m = _members(port, "race")
         time.sleep(delay)
-        m.store.set(f"rec/{n}/step/{rank}", str(40 + (rank == 0)))
+        m.set(f"rec/{n}/step/{rank}", str(40 + (rank == 0)))
         m.check_in(n, rank, dead_seen)
-        results[rank] = m.decide(n, world, f"rec/{n}/step", grace_s=1.0)
+        results[rank] = m.decide(n, world, grace_s=1.0)
 
     threads = [threading.Thread(target=survivor, args=(r, 0.0, [4] if r in (3, 5) else []))
                for r in (0, 1, 3, 5)]
@@ -118,11 +105,11 @@ def test_a_joiner_that_sees_a_failure_first_does_not_decide_alone():
     n, results = 5, {}
 
     def check_in(rank, step, delay):
-        m = Membership(_client(port), "holder")
+        m = _members(port, "holder")
         time.sleep(delay)
-        m.store.set(f"rec/{n}/step/{rank}", str(step))
+        m.set(f"rec/{n}/step/{rank}", str(step))
         m.check_in(n, rank, [])
-        results[rank] = m.decide(n, 3, f"rec/{n}/step", grace_s=0.2, holder_s=20.0)
+        results[rank] = m.decide(n, 3, grace_s=0.2, holder_s=20.0)
 
     threads = [threading.Thread(target=check_in, args=(2, -1, 0.0)),
                threading.Thread(target=check_in, args=(0, 40, 1.0)),
@@ -146,7 +133,7 @@ def test_a_group_after_a_failed_rendezvous_gets_the_usual_name(tmp_path):
     job = elastic.Job(dist.HashStore(), "names", member_id="solo")
     dist.distributed_c10d._world.group_count = 3  # as a failed init leaves it
     try:
-        job._init_group(0, {"members": ["solo"], "admitted": 1, "cause": "start", "step": 0})
+        job._init_group(0, _gen(["solo"], 1, "start"))
         assert dist.distributed_c10d._get_default_group().group_name == "0"
     finally:
         if dist.is_initialized():
@@ -155,16 +142,18 @@ def test_a_group_after_a_failed_rendezvous_gets_the_usual_name(tmp_path):
 
 def test_generation_publish_is_first_writer_wins():
     master, port = _store()
-    a, b = Membership(_client(port), "gen"), Membership(_client(port), "gen")
-    assert a.publish(0, {"members": ["x"], "admitted": 1})
-    assert not b.publish(0, {"members": ["y"], "admitted": 1})  # a second founder loses
-    assert a.latest() == 0 and b.generation(0)["members"] == ["x"]
-    assert a.publish(1, {"members": ["x", "z"], "admitted": 2})
-    assert not b.publish(1, {"members": ["x"], "admitted": 2})  # a member that missed generation 1
-    assert b.latest() == 1 and b.generation(1)["members"] == ["x", "z"]
+    a, b = _members(port, "gen"), _members(port, "gen")
+    x0 = _gen(["x"], 1, "start")
+    assert a.publish(0, x0) == x0
+    assert b.publish(0, _gen(["y"], 1, "start")) == x0  # a second founder loses and reads the first
+    assert a.latest() == 0 and b.generation(0).members == ("x",)
+    xz = _gen(["x", "z"], 2)
+    assert a.publish(1, xz) == xz
+    assert b.publish(1, _gen(["x"], 2, "leave")) == xz  # a member that missed generation 1
+    assert b.latest() == 1 and b.generation(1).members == ("x", "z")
     # Survivors that computed the same record all succeed, whoever wrote it.
-    assert a.publish(2, {"members": ["x"], "admitted": 2, "cause": "crash"})
-    assert b.publish(2, {"members": ["x"], "admitted": 2, "cause": "crash"})
+    crash = _gen(["x"], 2, "crash")
+    assert a.publish(2, crash) == crash and b.publish(2, crash) == crash
     assert a.latest() == 2
     del master
 
@@ -173,24 +162,23 @@ def test_a_writer_that_dies_midway_blocks_no_later_generation():
     # A member wrote generation 3 and died before moving "gen" to it: readers
     # look past "gen", and the next publish moves it on.
     master, port = _store()
-    m = Membership(_client(port), "lag")
+    m = _members(port, "lag")
     for n in range(3):
-        assert m.publish(n, {"members": ["x"], "admitted": 1})
-    m.store.set("g/3", json.dumps({"members": ["x", "y"], "admitted": 2}))  # "gen" still says 2
-    assert m.store.get("gen").decode() == "2" and m.latest() == 3
-    got = m.wait_admitted("y", m.register("y"), datetime.timedelta(seconds=5))
-    assert got[0] == 3
-    assert m.publish(4, {"members": ["x", "y"], "admitted": 3})
-    assert m.store.get("gen").decode() == "4" and m.latest() == 4
+        m.publish(n, _gen(["x"], 1))
+    m.set("g/3", _gen(["x", "y"], 2).to_json())  # "gen" still says 2
+    assert m.get("gen").decode() == "2" and m.latest() == 3
+    assert m.latest_generation()[1].members == ("x", "y")
+    m.publish(4, _gen(["x", "y"], 3))
+    assert m.get("gen").decode() == "4" and m.latest() == 4
     del master
 
 
 def test_joiners_that_stop_waiting_are_not_admitted():
     master, port = _store()
-    m = Membership(_client(port), "hb")
-    k1, k2 = m.register("alive"), m.register("gone")
-    m.store.set(f"hb/{k2}", repr(time.time() - 60))  # stopped beating a minute ago
-    assert [mid for _, mid in m.live_requests(k1, k2, fresh_s=5.0)] == ["alive"]
+    m = _members(port, "hb")
+    k1, k2 = m.register(JoinRequest("alive")), m.register(JoinRequest("gone"))
+    m.set(f"hb/{k2}", repr(time.time() - 60))  # stopped beating a minute ago
+    assert [r.id for r in m.live_requests(k1, k2, fresh_s=5.0)] == ["alive"]
     del master
 
 
@@ -211,17 +199,17 @@ def test_joiner_liveness_needs_no_synchronised_clocks():
     # Through the store, as the deciding member asks: the skewed live joiner
     # is admitted, the stopped one with the fast clock is not.
     master, port = _store()
-    m = Membership(_client(port), "clock")
-    k1, k2 = m.register("behind"), m.register("ahead")
+    m = _members(port, "clock")
+    k1, k2 = m.register(JoinRequest("behind")), m.register(JoinRequest("ahead"))
     watch = BeatWatch()
-    m.store.set(f"hb/{k1}", repr(time.time() - 3600))
-    m.store.set(f"hb/{k2}", repr(time.time() + 3600))
+    m.set(f"hb/{k1}", repr(time.time() - 3600))
+    m.set(f"hb/{k2}", repr(time.time() + 3600))
     watch.observe(m, k1, k2)
-    m.store.set(f"hb/{k1}", repr(time.time() - 3599))
+    m.set(f"hb/{k1}", repr(time.time() - 3599))
     watch.observe(m, k1, k2)
     watch._seen[k2] = (watch._seen[k2][0], watch._seen[k2][1] - 10.0, None)  # watched 10 s, no change
-    assert [mid for _, mid in m.live_requests(k1, k2, fresh_s=5.0, beats=watch)] == ["behind"]
-    assert [mid for _, mid in m.live_requests(k1, k2, fresh_s=5.0)] == ["ahead"]  # the wall clocks alone
+    assert [r.id for r in m.live_requests(k1, k2, fresh_s=5.0, beats=watch)] == ["behind"]
+    assert [r.id for r in m.live_requests(k1, k2, fresh_s=5.0)] == ["ahead"]  # the wall clocks alone
     del master
 
 
@@ -230,28 +218,27 @@ def test_a_joiner_passed_over_asks_again():
     # it was whole, or its heartbeat late): the waiter registers again and is
     # admitted at the next change instead of waiting until its timeout.
     master, port = _store()
-    m = Membership(_client(port), "again")
+    m = _members(port, "again")
     got = {}
 
     def wait():
-        w = Membership(_client(port), "again")
-        k = w.register("late")
-        got["result"] = w.wait_admitted("late", k, datetime.timedelta(seconds=20))
+        job = elastic.Job(f"127.0.0.1:{port}", "again", member_id="late", timeout_s=20)
+        got["result"] = job._wait_admitted(job.members.register(job._request()))
 
-    m.register("first")
+    m.register(JoinRequest("first"))
     t = threading.Thread(target=wait, daemon=True)
     t.start()
     end = time.monotonic() + 10
     while m.requests() < 2 and time.monotonic() < end:
         time.sleep(0.01)
-    assert m.publish(0, {"members": ["first"], "admitted": 2})  # request 2 passed over
+    m.publish(0, _gen(["first"], 2, "start"))  # request 2 passed over
     while m.requests() < 3 and time.monotonic() < end:
         time.sleep(0.01)
     assert m.requests() == 3, "the passed-over joiner did not ask again"
-    assert [mid for _, mid in m.live_requests(3, 3, fresh_s=5.0)] == ["late"]
-    assert m.publish(1, {"members": ["first", "late"], "admitted": 3})
+    assert [r.id for r in m.live_requests(3, 3, fresh_s=5.0)] == ["late"]
+    m.publish(1, _gen(["first", "late"], 3))
     t.join(20)
-    assert got["result"][0] == 1 and got["result"][1]["members"] == ["first", "late"]
+    assert got["result"][0] == 1 and got["result"][1].members == ("first", "late")
     del master
 
 
@@ -259,11 +246,11 @@ def test_a_joiner_outwaits_members_that_are_alive_and_gives_up_on_a_dead_job():
     # The joiner's timeout (1 s here) counts while no member is seen alive:
     # members stuck for longer (recovering from a failure that takes their
     # own timeout) keep it waiting while the job's heartbeat moves, and it is
-    # admitted after 2.5 s; when the heartbeat stops it gives up about 1 s
-    # later, naming why.
+    # admitted after 2.5 s; when the heartbeat stops, a joiner gives up about
+    # 1 s later, naming why (the job has no checkpoint to resume from).
     master, port = _store()
-    m = Membership(_client(port), "patient")
-    assert m.publish(0, {"members": ["first"], "admitted": 1})
+    m = _members(port, "patient")
+    m.publish(0, _gen(["first"], 1, "start"))
     beating = threading.Event()
     beating.set()
 
@@ -272,151 +259,43 @@ def test_a_joiner_outwaits_members_that_are_alive_and_gives_up_on_a_dead_job():
             m.job_beat()
             time.sleep(0.2)
 
-    got = {}
-
-    def wait(who="late"):
-        w = Membership(_client(port), "patient")
+    def wait(who, got):
+        job = elastic.Job(f"127.0.0.1:{port}", "patient", member_id=who, timeout_s=1)
         t0 = time.monotonic()
         try:
-            got["result"] = w.wait_admitted(who, w.register(who), datetime.timedelta(seconds=1))
-        except TimeoutError as e:
+            job.join()
+            got["result"] = (job.generation, job.record)
+        except elastic.JobMissing as e:
             got["error"] = e
+        except Exception as e:  # noqa: BLE001 - joined: its group cannot form here (no "first" process)
+            got["result"] = (job.generation, job.record)
+            got["other"] = e
         got["waited_s"] = time.monotonic() - t0
 
     beater = threading.Thread(target=beat, daemon=True)
     beater.start()
-    t = threading.Thread(target=wait, daemon=True)
-    t.start()
+    first: dict = {}
+    threading.Thread(target=wait, args=("late", first), daemon=True).start()
     time.sleep(2.5)
-    assert "error" not in got, got
-    assert m.publish(1, {"members": ["first", "late"], "admitted": 2})
-    t.join(10)
-    assert got["result"][0] == 1 and got["waited_s"] >= 2.4, got
+    assert "error" not in first, first
+    m.publish(1, _gen(["first", "late"], 2))
+    end = time.monotonic() + 10
+    while not m.has("pg/1/here/1") and time.monotonic() < end:
+        time.sleep(0.02)
+    assert m.has("pg/1/here/1"), f"the joiner was not admitted: {first}"  # it came to generation 1's rendezvous
     # Now the members are gone: the heartbeat stops moving.
     beating.clear()
     beater.join(5)
-    got.clear()
-    t = threading.Thread(target=wait, args=("later",), daemon=True)
+    later: dict = {}
+    t = threading.Thread(target=wait, args=("later", later), daemon=True)
     t.start()
-    t.join(10)
-    assert "no member of it was seen alive for 1 s" in str(got["error"]), got
-    assert 0.9 <= got["waited_s"] < 5, got
+    t.join(15)
+    assert "no member was seen alive" in str(later.get("error")), later
+    assert 0.9 <= later["waited_s"] < 8, later
     del master
 
 
 # -------------------------------------------------------------- end to end
-class Fleet:
-    """Workers of one job: local processes, or worker i on host i of a
-    network lab (the store then runs on host 0)."""
-
-    def __init__(self, store: str, tmp: Path, lab=None, extra: list[str] | None = None):
-        self.store, self.tmp, self.lab = store, tmp, lab
-        self.extra = list(extra or [])
-        self.procs: list[subprocess.Popen] = []
-        self.logs: list[Path] = []
-
-    def start(self, initial: int = 1, extra: list[str] | None = None) -> int:
-        i = len(self.procs)
-        log = self.tmp / f"worker{i}.log"
-        out = self.tmp / "final.pt"
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKERS) + os.pathsep +
-                   os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", self.store,
-               "--initial", str(initial), "--out", str(out), *self.extra, *(extra or [])]
-        if self.lab is not None:
-            cmd = self.lab.prefix(i) + cmd
-            env.update(self.lab.rank_env(i))
-        with open(log, "w") as f:
-            self.procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                               start_new_session=True))
-        self.logs.append(log)
-        return i
-
-    def text(self, i: int) -> str:
-        return self.logs[i].read_text()
-
-    def commits(self) -> dict[int, set[int]]:
-        """step -> the worlds logged for it (one each, if consistent)."""
-        out: dict[int, set[int]] = {}
-        for i in range(len(self.procs)):
-            for m in re.finditer(r"COMMIT (\d+) world (\d+)", self.text(i)):
-                out.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-        return out
-
-    def wait_for(self, what, cond, timeout: float = 90.0):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if cond():
-                return
-            for i, p in enumerate(self.procs):
-                if p.poll() not in (None, 0, -signal.SIGKILL):
-                    # Every worker's tail: why the others did what they did
-                    # (a joiner that was never admitted is the members' story).
-                    others = "\n".join(f"--- worker {j} (exit {q.poll()})\n{self.text(j)[-2500:]}"
-                                        for j, q in enumerate(self.procs) if j != i)
-                    raise AssertionError(f"worker {i} exited {p.returncode} waiting for {what}:\n"
-                                         f"{self.text(i)[-4000:]}\nthe other workers:\n{others}")
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}; logs:\n" +
-                             "\n".join(f"--- {i}\n{self.text(i)[-2500:]}" for i in range(len(self.procs))))
-
-    def assert_ok(self, which: list[int]) -> None:
-        bad = [i for i in which if self.procs[i].returncode != 0 or "WORKER OK" not in self.text(i)]
-        assert not bad, "\n".join(f"--- worker {i} (exit {p.returncode})\n{self.text(i)[-3000:]}"
-                                   for i, p in enumerate(self.procs))
-
-    def latest_world(self) -> int:
-        c = self.commits()
-        return max(c[max(c)]) if c else 0
-
-    def kill_all(self):
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-
-
-def replay(worlds: dict[int, int], steps: int, momentum: float = 0.0) -> dict:
-    """The job in one process: step s averages the gradients of worlds[s]
-    members, each on its share of the sampler's indices."""
-    import elastic_worker as w
-
-    net = w.model()
-    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=momentum)
-    sampler = ElasticSampler(w.DATA, batch=w.BATCH, seed=w.SEED)
-    for s in range(steps):
-        world = worlds[s]
-        grads = [torch.zeros_like(p) for p in net.parameters()]
-        for r in range(world):
-            net.zero_grad()
-            w.loss_of(net, sampler.indices(r, world)).backward()
-            for g, p in zip(grads, net.parameters()):
-                g += p.grad / world
-        for g, p in zip(grads, net.parameters()):
-            p.grad = g
-        opt.step()
-        sampler.advance(world)
-    return net.state_dict()
-
-
-def ends_as_replayed(fleet: Fleet, tmp_path: Path, survivors: list[int], stop: int,
-                     momentum: float = 0.0) -> dict[int, int]:
-    """The survivors end at `stop` (the driver has set it): every step is
-    logged once, with one world, and the final parameters equal the replay
-    of those worlds. Returns the worlds."""
-    fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
-    fleet.assert_ok(survivors)
-    commits = fleet.commits()
-    assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
-    for s, ws in commits.items():
-        assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
-    worlds = {s: ws.pop() for s, ws in commits.items()}
-    got = torch.load(tmp_path / "final.pt")
-    want = replay(worlds, stop, momentum=momentum)
-    for k in want:
-        assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
-    return worlds
-
-
 def breathe(fleet: Fleet, tmp_path: Path, set_stop):
     """4 members start, 2 join, 1 leaves on SIGTERM, 1 is killed; then the
     final parameters against the replay."""
@@ -440,16 +319,18 @@ def breathe(fleet: Fleet, tmp_path: Path, set_stop):
     assert re.search(r"CHANGE gen \d+ crash world 4", log0), log0[-3000:]
 
 
+@pytest.mark.slow
 def test_job_breathes_join_leave_crash_and_matches_a_replay(tmp_path):
     master, port = _store()
     fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
     try:
-        breathe(fleet, tmp_path, lambda v: Membership(_client(port), "test").store.set("stop_at", v))
+        breathe(fleet, tmp_path, lambda v: _members(port).request_end(int(v)))
     finally:
         fleet.kill_all()
         del master
 
 
+@pytest.mark.slow
 def test_a_dead_join_request_is_passed_over_and_the_last_member_leaves(tmp_path):
     # A join request whose waiter died (no heartbeat for an hour) is counted
     # at a boundary: the two members go on unchanged. Then both leave, one
@@ -461,9 +342,9 @@ def test_a_dead_join_request_is_passed_over_and_the_last_member_leaves(tmp_path)
         for _ in range(2):
             fleet.start(initial=2)
         fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 3)
-        m = Membership(_client(port), "test")
-        k = m.register("ghost")
-        m.store.set(f"hb/{k}", repr(time.time() - 3600))
+        m = _members(port)
+        k = m.register(JoinRequest("ghost"))
+        m.set(f"hb/{k}", repr(time.time() - 3600))
         fleet.wait_for("the dead request passed over", lambda: "(pass)" in fleet.text(0))
         mark = max(fleet.commits())
         fleet.wait_for("steps after it", lambda: max(fleet.commits()) >= mark + 3)
@@ -475,14 +356,17 @@ def test_a_dead_join_request_is_passed_over_and_the_last_member_leaves(tmp_path)
         fleet.procs[1].wait(30)
         fleet.assert_ok([0, 1])
         assert "LEFT" in fleet.text(0) and "(end)" in fleet.text(0), fleet.text(0)[-3000:]
-        late = Membership(_client(port), "test")
-        with pytest.raises(RuntimeError, match="job 'test' ended at step"):
-            late.wait_admitted("late", late.register("late"), datetime.timedelta(seconds=20))
+        late = elastic.Job(f"127.0.0.1:{port}", "test", member_id="late", timeout_s=20)
+        t0 = time.monotonic()
+        with pytest.raises(elastic.JobFinished, match="job 'test' is over: the job finished at step"):
+            late.join()
+        assert time.monotonic() - t0 < 5, "a joiner of a finished job must hear it at once"
     finally:
         fleet.kill_all()
         del master
 
 
+@pytest.mark.slow
 def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
     # Two joiners wait in the store while a member is killed: whichever the
     # members see first, every step is logged once with one world, the job
@@ -490,7 +374,7 @@ def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
     # equal the replay.
     master, port = _store()
     fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
-    m = Membership(_client(port), "test")
+    m = _members(port)
     try:
         for _ in range(3):
             fleet.start(initial=3)
@@ -501,13 +385,14 @@ def test_two_joiners_and_a_crash_at_one_boundary(tmp_path):
         fleet.wait_for("4 members again", lambda: fleet.latest_world() == 4 and
                        all("COMMIT" in fleet.text(j) for j in joiners))
         stop = max(fleet.commits()) + 15
-        m.store.set("stop_at", str(stop))
+        m.request_end(stop)
         ends_as_replayed(fleet, tmp_path, [0, 1, *joiners], stop)
     finally:
         fleet.kill_all()
         del master
 
 
+@pytest.mark.slow
 def test_a_leaver_whose_last_barrier_fails_after_the_others_went_on_leaves(tmp_path):
     # The leaver's last barrier of the old group fails on its side after the
     # others passed it, published the leave and shrank without it (what CI
@@ -529,7 +414,7 @@ def test_a_leaver_whose_last_barrier_fails_after_the_others_went_on_leaves(tmp_p
         assert "FAILING after the leave barrier" in log0 and "LEFT" in log0 and "EXCLUDED" not in log0, log0
         assert "asked to leave: left" in log0, log0
         stop = max(fleet.commits()) + 5
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        _members(port).request_end(stop)
         worlds = ends_as_replayed(fleet, tmp_path, [1, 2], stop)
         assert set(worlds.values()) == {3, 2}
     finally:
@@ -537,6 +422,7 @@ def test_a_leaver_whose_last_barrier_fails_after_the_others_went_on_leaves(tmp_p
         del master
 
 
+@pytest.mark.slow
 def test_a_joiner_outwaits_a_member_that_dies_before_its_group_forms(tmp_path):
     # The third member dies in the first join's new generation after it met
     # the others and before its group published its address: the others
@@ -557,13 +443,14 @@ def test_a_joiner_outwaits_a_member_that_dies_before_its_group_forms(tmp_path):
                        all("COMMIT" in fleet.text(j) for j in (first, second)), 120)
         assert fleet.procs[2].wait(30) == -signal.SIGKILL
         stop = max(fleet.commits()) + 10
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        _members(port).request_end(stop)
         ends_as_replayed(fleet, tmp_path, [0, 1, first, second], stop)
     finally:
         fleet.kill_all()
         del master
 
 
+@pytest.mark.slow
 def test_a_member_dies_as_it_relays_the_state_to_joiners(tmp_path):
     # The third member kills itself as it starts to relay the live state to
     # the joiners of a new generation. A joiner whose state was to come
@@ -584,7 +471,7 @@ def test_a_member_dies_as_it_relays_the_state_to_joiners(tmp_path):
                        all("COMMIT" in fleet.text(j) for j in joiners), 120)
         assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the state sync" in fleet.text(2)
         stop = max(fleet.commits()) + 10
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        _members(port).request_end(stop)
         ends_as_replayed(fleet, tmp_path, [0, 1, *joiners], stop)
         assert re.search(r"CHANGE gen \d+ crash world [34]", fleet.text(0)), fleet.text(0)[-3000:]
     finally:
@@ -601,7 +488,7 @@ def _past_the_join_barrier(tmp_path, skipper: int, within_s: float):
     # with the skipping member never excluded.
     master, port = _store()
     fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
-    m = Membership(_client(port), "test")
+    m = _members(port)
     try:
         extras = [[], [], ["--in-join-barrier", "die"]]
         extras[skipper] = ["--in-join-barrier", "skip"]
@@ -615,7 +502,7 @@ def _past_the_join_barrier(tmp_path, skipper: int, within_s: float):
         assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the join barrier" in fleet.text(2)
         assert "SKIPPING the join barrier" in fleet.text(skipper)
         stop = max(fleet.commits()) + 8
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        _members(port).request_end(stop)
         ends_as_replayed(fleet, tmp_path, [0, 1, joiner], stop)
         assert "EXCLUDED" not in fleet.text(skipper)
     finally:
@@ -623,6 +510,7 @@ def _past_the_join_barrier(tmp_path, skipper: int, within_s: float):
         del master
 
 
+@pytest.mark.slow
 def test_a_member_past_the_join_barrier_is_not_left_out(tmp_path):
     # A member dies in the old group's barrier after rank 0 wrote the join
     # generation; the second member had passed that barrier (it skips it)
@@ -635,6 +523,7 @@ def test_a_member_past_the_join_barrier_is_not_left_out(tmp_path):
     _past_the_join_barrier(tmp_path, skipper=1, within_s=45)
 
 
+@pytest.mark.slow
 def test_rank0_past_the_join_barrier_recovers_with_the_others_at_once(tmp_path):
     # The same failure with the roles swapped: the member that passed the
     # old group's barrier is rank 0, which opens the join generation's
@@ -646,6 +535,8 @@ def test_rank0_past_the_join_barrier_recovers_with_the_others_at_once(tmp_path):
     _past_the_join_barrier(tmp_path, skipper=0, within_s=40)
 
 
+@pytest.mark.slow
+@pytest.mark.netlab
 def test_job_breathes_on_the_network_lab(tmp_path):
     # The same story with every member on its own host of a 6-host lab
     # (1 Gbit/s links), the store on host 0, as a studio would run it.
@@ -665,8 +556,8 @@ def test_job_breathes_on_the_network_lab(tmp_path):
             seen.append(store_proc.stdout.readline())  # torch's warnings come first
         assert "listening" in seen[-1], seen
         # The driver reaches the store through host 0's namespace.
-        setter = KeySetter(lab.hosts[0].address, port, "test", prefix=lab.prefix(0))
-        breathe(fleet, tmp_path, lambda v: setter.set("stop_at", v))
+        setter = KeySetter(f"{lab.hosts[0].address}:{port}", "test", prefix=lab.prefix(0))
+        breathe(fleet, tmp_path, lambda v: setter.end(int(v)))
         setter.close()
     finally:
         fleet.kill_all()
@@ -676,6 +567,7 @@ def test_job_breathes_on_the_network_lab(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path):
     # FSDP2 (ShardedState): 3 members start, 1 joins (the state is gathered
     # and resharded 3 -> 4), 1 leaves on SIGTERM (4 -> 3), 1 is killed (the
@@ -687,7 +579,7 @@ def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path)
     master, port = _store()
     ckpt = tmp_path / "ckpt"
     fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--fsdp", str(ckpt), "--checkpoint-every", "6"])
-    m = Membership(_client(port), "test")
+    m = _members(port)
 
     def last_gen_worlds() -> dict[int, set[int]]:
         best: dict[int, tuple[int, set[int]]] = {}
@@ -727,11 +619,12 @@ def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path)
         os.killpg(fleet.procs[2].pid, signal.SIGKILL)
         fleet.wait_for("the crash recovery", lambda: latest_world() == 2)
         stop = max(last_gen_worlds()) + 10
-        m.store.set("stop_at", str(stop))
+        m.request_end(stop)
         survivors = [0, joiner]
         fleet.wait_for("the end", lambda: all(fleet.procs[i].poll() is not None for i in survivors), 120)
         fleet.assert_ok(survivors + [1])
         commits = last_gen_worlds()
+        stop = final_step(fleet, survivors, stop)
         assert sorted(commits) == list(range(stop)), "a step is missing from the logs"
         for s, ws in commits.items():
             assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
@@ -751,6 +644,7 @@ def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path)
         del master
 
 
+@pytest.mark.slow
 def test_fsdp_job_starts_again_when_a_founder_dies_before_any_checkpoint(tmp_path):
     # A founder dies as the first generation builds its sharded state: no
     # step was committed and no checkpoint exists. The survivors build the
@@ -768,7 +662,7 @@ def test_fsdp_job_starts_again_when_a_founder_dies_before_any_checkpoint(tmp_pat
         fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 3, 120)
         assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the first rebuild" in fleet.text(2)
         stop = max(fleet.commits()) + 6
-        Membership(_client(port), "test").store.set("stop_at", str(stop))
+        _members(port).request_end(stop)
         worlds = ends_as_replayed(fleet, tmp_path, [0, 1], stop, momentum=w.MOMENTUM)
         assert set(worlds.values()) == {2}, worlds
         assert "the state was built afresh" in fleet.text(0) + fleet.text(1)
@@ -779,19 +673,21 @@ def test_fsdp_job_starts_again_when_a_founder_dies_before_any_checkpoint(tmp_pat
 
 _EXIT_WITH_POLLER = """
 import sys, time, types
-import mccl.elastic.job as job_module
+import mccl.elastic.watcher as watcher_module
 from mccl.elastic import Job
-# The joiner poller without its pause: always inside a store call, as it
+from mccl.elastic.records import Cause, Generation
+# The watcher without its pause: always inside a store call, as it
 # sometimes is when a job's process exits.
-job_module.time = types.SimpleNamespace(sleep=lambda s: None, monotonic=time.monotonic,
-                                        perf_counter=time.perf_counter)
+watcher_module.time = types.SimpleNamespace(sleep=lambda s: None, monotonic=time.monotonic)
 job = Job(sys.argv[1], job_id="exit")
-job._requests()
+job.generation, job.record = 0, Generation(members=(job.id,), admitted=1, cause=Cause.START)
+job._watch()
 time.sleep(0.2)
 print("exiting", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_process_exits_cleanly_while_the_joiner_poller_runs():
     # Python's exit ends a daemon thread caught inside a C++ store call with a
     # forced unwind that aborts the process; the job stops its poller at exit.

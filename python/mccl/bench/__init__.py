@@ -153,6 +153,15 @@ def parser() -> argparse.ArgumentParser:
     el.add_argument("--anchor-timeout-s", type=float, default=600.0,
                     help="give up on a torchrun phase after this long (the error shows each host's log)")
     el.add_argument("--json", help="write every run's figures here")
+    el.add_argument("--week", action="store_true",
+                    help="instead: a week of nights (dusk, churn, dawn; a store fault mid-week), one member per "
+                         "host of --netlab (or --hosts here)")
+    el.add_argument("--store", choices=["tcp", "etcd"], default="tcp",
+                    help="--week: the job's store (etcd: a 3-node cluster on this machine, its leader killed)")
+    el.add_argument("--nights", type=int, default=7)
+    el.add_argument("--hosts", type=int, default=6, help="--week without --netlab: members on this machine")
+    el.add_argument("--outage-s", type=float, default=60.0, help="--week --store tcp: how long the store is down")
+    el.add_argument("--timeout-s", type=float, default=30.0, help="--week: the members' timeout_s")
     wa = sub.add_parser("wire-accuracy",
                         help="error of a 16-bit wire: mccl's against bf16_compress_hook's (simulated, or --real)")
     wa.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate (with --real: to run)")

@@ -53,10 +53,11 @@ class Run:
         time.sleep(2.0)
         return f"{host}:{port}"
 
-    def start_member(self, store: str, host: int) -> int:
+    def start_member(self, store: str, host: int, extra: list[str] | None = None) -> int:
         a = self.args
         cmd = [sys.executable, "-m", "mccl.bench.elastic_member", "--store", store, "--job", a.job,
-               "--initial", str(a.initial), "--params-mb", str(a.params_mb), "--step-ms", str(a.step_ms)]
+               "--initial", str(a.initial), "--params-mb", str(a.params_mb), "--step-ms", str(a.step_ms),
+               *(extra or [])]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         if self.lab is not None:
             cmd = self.lab.prefix(host) + cmd
@@ -108,8 +109,7 @@ class Run:
     def setter(self, store: str):
         """A helper that sets the job's keys (from host 0's namespace on a lab)."""
         from ..elastic.membership import KeySetter
-        host, _, port = store.rpartition(":")
-        return KeySetter(host, int(port), self.args.job, prefix=self.lab.prefix(0) if self.lab else None)
+        return KeySetter(store, self.args.job, prefix=self.lab.prefix(0) if self.lab else None)
 
     def close(self) -> None:
         for p in self.procs:
@@ -141,7 +141,7 @@ def one_run(args, lab, goodput_GBps: float | None) -> dict:
         os.killpg(r.procs[members[2]].pid, signal.SIGKILL)
         r.wait("the crash recovery", lambda: r.world() == args.initial - 1)
         r.wait("steps after the crash", lambda: r.max_step() >= before + 3)
-        setter.set("stop_at", str(r.max_step() + 5))
+        setter.end(r.max_step() + 5)
         setter.close()
         alive = [i for i in range(len(r.procs)) if i not in (members[1], members[2])]
         r.wait("the end", lambda: all(r.procs[i].poll() is not None for i in alive) or
@@ -178,6 +178,13 @@ def run(args) -> None:
     if args.netlab:
         from ..netlab import Lab
         lab = Lab.load(args.netlab)
+    if args.week:
+        from .elastic_nights import run_week
+        if lab is not None:
+            print(f"# {lab.describe()}".replace("\n", "\n# "), flush=True)
+        run_week(args, lab)
+        return
+    if lab is not None:
         if len(lab.hosts) < args.initial + 1:
             raise SystemExit(f"mccl-bench elastic: lab {args.netlab!r} has {len(lab.hosts)} hosts; "
                              f"needs {args.initial + 1}")

@@ -7,7 +7,8 @@ line per event on stdout for the orchestrator:
     {"ev": "change", "gen": 3, "cause": "join", "world": 5, "stall_s": ..., "bytes": ...}
     {"ev": "done", "boundary_s": [...], "state_bytes": ...}
 
-It stops at the step the orchestrator writes to the store key "stop_at"."""
+It stops at the step the orchestrator asks the job to end at (KeySetter.end,
+as `mccl elastic end --at-step` does)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def main(argv=None) -> int:
     p.add_argument("--store", required=True)
     p.add_argument("--job", default="bench")
     p.add_argument("--initial", type=int, default=1)
+    p.add_argument("--create", action="store_true", help="this member may found the job")
+    p.add_argument("--checkpoint-dir", default="", help="the job's checkpoint folder (dormancy, resume)")
+    p.add_argument("--timeout-s", type=float, default=120.0)
     p.add_argument("--params-mb", type=float, default=64.0)
     p.add_argument("--step-ms", type=float, default=300.0)
     p.add_argument("--crash-grace-s", type=float, default=1.0)
@@ -42,7 +46,8 @@ def main(argv=None) -> int:
     opt = torch.optim.SGD(net.parameters(), lr=1e-4, momentum=0.9)
     data = 1 << 20
     state = elastic.State(net, opt, elastic.ElasticSampler(data, batch=1, seed=0))
-    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=a.crash_grace_s, timeout_s=120)
+    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=a.crash_grace_s, timeout_s=a.timeout_s,
+                      create=a.initial > 1 or a.create, checkpoint_dir=a.checkpoint_dir or None)
     job.leave_on_signals()
     x = torch.randn(1, width)
 
@@ -55,24 +60,29 @@ def main(argv=None) -> int:
     def on_step(job, state, loss):
         emit(ev="commit", step=state.step - 1, world=job.world, rank=job.rank, t=time.time())
 
-    seen = 0
-    stop_at = None
-    while True:
-        for c in job.history[seen:]:
+    seen = [0, False]
+
+    def flush():
+        for c in job.history[seen[0]:]:
             emit(ev="change", gen=c.generation, cause=c.cause, world=c.world, stall_s=c.stall_s,
                  bytes=c.state_bytes, left=c.left, joined=c.joined, parts=c.parts, t=time.time())
-        seen = len(job.history)
-        if stop_at is None and job.generation >= 0 and job.members.has("stop_at"):
-            stop_at = int(job.members.store.get("stop_at").decode())
-        if stop_at is not None and state.step >= stop_at:
-            break
-        try:
-            if job.run(state, train_step, steps=state.step + 1, on_step=on_step) == "left":
-                emit(ev="left", t=time.time())
-                return 0
-        except elastic.Excluded:
-            emit(ev="excluded", t=time.time())
-            return 3
+        seen[0] = len(job.history)
+
+    def on_change(job, state, loss):
+        if not seen[1] and job.ready_s is not None:
+            emit(ev="ready", ready_s=job.ready_s, step=state.step - 1, t=time.time())
+            seen[1] = True
+        on_step(job, state, loss)
+        flush()  # changes made at the boundary before this step
+
+    try:
+        if job.run(state, train_step, steps=10**9, on_step=on_change) == "left":
+            emit(ev="left", t=time.time())
+            return 0
+    except elastic.Excluded:
+        emit(ev="excluded", t=time.time())
+        return 3
+    flush()
     emit(ev="done", boundary_s=list(job.boundary_s), state_bytes=state.nbytes(), rank=job.rank)
     import torch.distributed as dist
     dist.destroy_process_group()

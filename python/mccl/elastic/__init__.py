@@ -1,20 +1,28 @@
-"""mccl.elastic: training jobs whose members come and go without restarts.
+"""mccl.elastic: training jobs whose members come and go without restarts,
+and that outlive every machine.
 
     import mccl.elastic as elastic
-    job = elastic.Job("store-host:29400", job_id="vit")
+    job = elastic.Job("store-host:29400", job_id="vit", checkpoint_dir="/Volumes/shared/ckpt/vit")
     job.leave_on_signals()
     state = elastic.State(model, optimizer, elastic.ElasticSampler(len(dataset), batch=32))
     job.run(state, train_step, steps=10_000)
 
-An FSDP2 model: elastic.ShardedState(build_model, build_optimizer, sampler,
-checkpoint_dir=...) in place of State (sharded.py says how it reshards).
+The first launch founds the job (Job(..., create=True), or `mccl elastic
+create`); every later process joins it, or resumes it from its checkpoint
+when every member had left. An FSDP2 model: elastic.ShardedState(build_model,
+build_optimizer, sampler, checkpoint_dir=...) in place of State (sharded.py
+says how it reshards).
 
-See job.py for the protocol, docs/fleet.md for running a studio's fleet.
+See job.py for the loop, records.py and decisions.py for the protocol,
+docs/fleet.md for running a studio's fleet.
 """
 
-from .job import Change, Excluded, Job
+from .events import (Change, Excluded, JobFinished, JobMissing, JobStopped, Refused, Unreadable)
+from .job import Job
+from .records import Cause, Generation
 from .sampler import ElasticSampler
 from .sharded import ShardedState
 from .state import State, broadcast_state
 
-__all__ = ["Change", "ElasticSampler", "Excluded", "Job", "ShardedState", "State", "broadcast_state"]
+__all__ = ["Cause", "Change", "ElasticSampler", "Excluded", "Generation", "Job", "JobFinished", "JobMissing",
+           "JobStopped", "Refused", "ShardedState", "State", "Unreadable", "broadcast_state"]

@@ -1,83 +1,165 @@
-"""Who is in an elastic job, kept in the c10d store (a TCPStore on the one
-machine that stays on; ``mccl elastic serve`` starts one).
+"""Who is in an elastic job, kept in its store (store.py: a TCPStore that
+``mccl elastic serve`` runs, or an etcd cluster). Every key the protocol
+uses is named here, under ``mccl-elastic/<job>/``:
 
-Every key lives under ``mccl-elastic/<job>/``:
-
+    created            the job was created (`mccl elastic create`, or a founder
+                       told to): {"incarnation", "time"}
     joinseq            counter of join requests (store.add)
-    join/<k>           request k: {"id", "host", "pid"}
+    join/<k>           request k: a records.JoinRequest
     hb/<k>             request k's heartbeat (wall clock, while it waits)
+    m/<id>             member <id>'s beacon address and host (beacon.py)
+    sig/<signature>    the model/optimizer description behind a signature
     alive              the job's heartbeat: the first three ranks rewrite it
-                       about once a second, stuck in a collective or not (a
-                       joiner keeps waiting while it moves)
+                       about once a second, stuck in a collective or not
     gen                the latest generation number, advanced by compare_set
-                       (a reader also looks past it: a writer may die
-                       between writing g/<n> and moving it)
-    g/<n>              generation n, written once (the first compare_set
-                       wins): {"members": [ids in rank order],
-                       "admitted": join requests handled so far, "cause", ...};
-                       no members and cause "end": every member left, the job is over
+                       (a reader also looks past it)
+    g/<n>              generation n: a records.Generation, written once
+                       (the first compare_set wins)
+    end                a request to end the job: {"step": S or null}
     pg/<n>/...         the rendezvous of generation n's process group
     rec/<n>/alive      recovery of generation n: ranks that checked in ("3,0,")
-    rec/<n>/dead       ranks a survivor saw die (its connection failed)
+    rec/<n>/dead       ranks a survivor saw die (a connection, a beacon)
+    rec/<n>/presumed   ranks dead in the generation before
     rec/<n>/decision   the dead set every survivor uses (first compare_set wins)
-    rec/<n>/step/<r>   survivor r's step (-1: it holds no state yet), /formed/<r>: its group formed
+    rec/<n>/step/<r>   survivor r's step (-1: no state yet); /formed/<r>: its group formed
+    rec/<n>/error/<r>  what stopped rank r (train_step raised, ranks disagree)
+    history            one JSON line per change (its cause, world, stall, time),
+                       appended by one member; for the status page only
+    status/job         the job's progress (rank 0, every 2 s); status/m/<id>:
+                       each member's (for the status page only)
+
+and, for the store as a whole, ``mccl-store/epoch`` (when the store began to
+hold keys: a young store may be one that restarted empty) and
+``mccl-fleet/jobs`` (the names of the jobs, for the status page).
 
 A generation's record is written in one compare_set (first writer wins, and
 a writer that dies midway leaves nothing half-done), then ``gen`` moves to
 it; each decision key is compare_set too, so two survivors can never install
-different worlds.
+different worlds. Everything in the store that the members also know can be
+written again by them (reseed()) after the store restarted empty.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
 import threading
 import time
-from datetime import timedelta
 
-import torch.distributed as dist
+from . import decisions
+from .records import Generation, JoinRequest, RecordError
+from .store import _DEFAULT, ResilientStore
+
+EPOCH_KEY = "mccl-store/epoch"
+JOBS_KEY = "mccl-fleet/jobs"
 
 
 class Membership:
-    def __init__(self, store: dist.Store, job: str):
-        if not job or "/" in job:
-            raise ValueError(f"mccl.elastic: job name {job!r} must be non-empty without '/'")
-        self.base = store
-        self.store = dist.PrefixStore(f"mccl-elastic/{job}/", store)
+    def __init__(self, store: ResilientStore, job: str):
+        if not job or "/" in job or any(c.isspace() for c in job):
+            raise ValueError(f"mccl.elastic: job name {job!r} must be non-empty, without '/' or spaces")
+        self.store = store
         self.job = job
+        self.prefix = f"mccl-elastic/{job}/"
+
+    def key(self, k: str) -> str:
+        return self.prefix + k
 
     # ---- raw helpers -----------------------------------------------------
-    def has(self, key: str) -> bool:
-        return self.store.check([key])
+    def has(self, k: str, patience=_DEFAULT) -> bool:
+        return self.store.check([self.key(k)], patience=patience)
 
-    def get_json(self, key: str):
-        return json.loads(self.store.get(key).decode())
+    def has_all(self, ks: list[str], patience=_DEFAULT) -> bool:
+        return self.store.check([self.key(k) for k in ks], patience=patience)
 
-    def set_json(self, key: str, value) -> None:
-        self.store.set(key, json.dumps(value))
+    def get(self, k: str, patience=_DEFAULT) -> bytes:
+        return self.store.get(self.key(k), patience=patience)
+
+    def set(self, k: str, value, patience=_DEFAULT) -> None:
+        self.store.set(self.key(k), value, patience=patience)
+
+    def get_json(self, k: str):
+        return json.loads(self.get(k).decode())
+
+    def set_json(self, k: str, value) -> None:
+        self.set(k, json.dumps(value))
+
+    def maybe(self, k: str, patience=_DEFAULT) -> bytes | None:
+        """The value of k, or None when it is not there."""
+        return self.get(k, patience) if self.has(k, patience) else None
+
+    # ---- the store's age ---------------------------------------------------
+    def store_age(self) -> float:
+        """Seconds since the store began to hold keys (0 if this call is the
+        first to ask: a store that restarted empty looks like that)."""
+        mine = repr(time.time())
+        got = self.store.compare_set(EPOCH_KEY, "", mine).decode()
+        try:
+            return max(0.0, time.time() - float(got.split()[0]))
+        except (ValueError, IndexError):
+            return 0.0
+
+    def list_job(self) -> None:
+        """Names this job in the fleet's index (once per store incarnation)."""
+        cur = self.store.get(JOBS_KEY).decode() if self.store.check([JOBS_KEY]) else ""
+        if self.job not in cur.split("\n"):
+            self.store.append(JOBS_KEY, self.job + "\n")
+
+    # ---- creating --------------------------------------------------------
+    def created(self) -> dict | None:
+        raw = self.maybe("created")
+        return json.loads(raw.decode()) if raw else None
+
+    def create(self, incarnation: str) -> dict:
+        """Marks the job created (first writer wins); returns the mark."""
+        mark = json.dumps({"incarnation": incarnation, "time": time.time()})
+        return json.loads(self.store.compare_set(self.key("created"), "", mark).decode())
 
     # ---- joining ---------------------------------------------------------
-    def register(self, member_id: str) -> int:
-        """A join request; returns its number (1 for the job's first)."""
-        k = self.store.add("joinseq", 1)
-        self.set_json(f"join/{k}", {"id": member_id, "host": socket.gethostname(), "pid": os.getpid()})
+    def register(self, req: JoinRequest) -> int:
+        """A join request; returns its number."""
+        k = self.store.add(self.key("joinseq"), 1)
+        self.set(f"join/{k}", req.to_json())
         self.heartbeat(k)
+        self.set_member(req.id, req.beacon, req.host)
         return k
 
     def heartbeat(self, k: int) -> None:
-        self.store.set(f"hb/{k}", repr(time.time()))
+        self.set(f"hb/{k}", repr(time.time()))
 
-    def requests(self) -> int:
-        return self.store.add("joinseq", 0)
+    def requests(self, patience=_DEFAULT) -> int:
+        return self.store.add(self.key("joinseq"), 0, patience=patience)
+
+    def request(self, k: int) -> JoinRequest | None:
+        raw = self.maybe(f"join/{k}")
+        if raw is None:
+            return None
+        try:
+            return JoinRequest.from_json(raw, f"join request {k} of job {self.job!r}")
+        except RecordError:
+            return None  # half-written or foreign: not a live request
+
+    def set_member(self, member_id: str, beacon: str, host: str) -> None:
+        self.set(f"m/{member_id}", json.dumps({"beacon": beacon, "host": host}))
+
+    def beacon_of(self, member_id: str) -> str:
+        raw = self.maybe(f"m/{member_id}")
+        try:
+            return str(json.loads(raw.decode()).get("beacon", "")) if raw else ""
+        except ValueError:
+            return ""
 
     def job_beat(self) -> None:
-        """Says that a member of the job is alive (see wait_admitted)."""
-        self.store.set("alive", f"{os.getpid()} {time.time()!r}")
+        """Says that a member of the job is alive (see the joiner's wait)."""
+        self.set("alive", f"{os.getpid()} {time.time()!r}")
+
+    def alive_value(self) -> bytes | None:
+        return self.maybe("alive")
 
     def live_requests(self, first: int, last: int, fresh_s: float,
-                      beats: "BeatWatch | None" = None) -> list[tuple[int, str]]:
+                      beats: "BeatWatch | None" = None) -> list[JoinRequest]:
         """Requests first..last whose waiter still beats (others died waiting).
         With `beats` (a watch of this process's own), a heartbeat seen to
         change within `fresh_s` on this process's clock is live and one seen
@@ -87,138 +169,191 @@ class Membership:
         out = []
         now = time.time()
         for k in range(first, last + 1):
+            req = self.request(k)
+            raw = self.maybe(f"hb/{k}")
+            if req is None or raw is None:
+                continue
             try:
-                req = self.get_json(f"join/{k}")
-                raw = self.store.get(f"hb/{k}")
                 beat = float(raw.decode())
-            except Exception:  # noqa: BLE001 - a half-written request is not live
+            except ValueError:
                 continue
             verdict = beats.fresh(k, raw, fresh_s) if beats is not None else None
             if verdict if verdict is not None else now - beat <= fresh_s:
-                out.append((k, req["id"]))
-        return out
+                out.append(req)
+        return unique(out)
+
+    # ---- signatures --------------------------------------------------------
+    def put_description(self, sig: str, lines: list[str]) -> None:
+        if sig:
+            self.store.compare_set(self.key(f"sig/{sig}"), "", json.dumps(lines))
+
+    def description(self, sig: str) -> list[str]:
+        raw = self.maybe(f"sig/{sig}") if sig else None
+        return json.loads(raw.decode()) if raw else []
+
+    def why(self, sig: str, job_sig: str) -> str:
+        from .signature import first_difference
+        mine, job = self.description(sig), self.description(job_sig)
+        if not mine or not job:
+            return f"signature {sig} against the job's {job_sig}"
+        return first_difference(mine, job)
 
     # ---- generations -----------------------------------------------------
     def latest(self) -> int:
         """The newest generation, or -1 before the first."""
-        n = int(self.store.get("gen").decode()) if self.has("gen") else -1
+        raw = self.maybe("gen")
+        n = int(raw.decode()) if raw else -1
         # A writer that died after writing g/<n> but before moving gen
         # leaves gen behind: the records themselves are the truth.
         while self.has(f"g/{n + 1}"):
             n += 1
         return n
 
-    def generation(self, n: int) -> dict:
-        return self.get_json(f"g/{n}")
+    def generation(self, n: int) -> Generation:
+        return Generation.from_json(self.get(f"g/{n}"), f"generation {n} of job {self.job!r}")
 
-    def publish(self, n: int, record: dict) -> bool:
+    def latest_generation(self) -> tuple[int, Generation | None]:
+        n = self.latest()
+        return n, (self.generation(n) if n >= 0 else None)
+
+    def recent(self, n: int, count: int) -> list[Generation]:
+        """Generations n - count + 1 .. n that the store still holds, oldest first."""
+        out = []
+        for m in range(max(0, n - count + 1), n + 1):
+            if self.has(f"g/{m}"):
+                out.append(self.generation(m))
+        return out
+
+    def publish(self, n: int, record: Generation) -> Generation:
         """Writes generation n's record unless one was written first, then
-        moves ``gen`` to it. True when generation n is `record` (written
-        here, or the same record written by another member that computed it
-        too); False when another record came first (the caller reads and
+        moves ``gen`` to it. Returns generation n as the store holds it:
+        `record` (written here, or the same record written by another member
+        that computed it too), or another one that came first (the caller
         follows it): a record, once written, never changes."""
-        text = json.dumps(record)
-        if self.store.compare_set(f"g/{n}", "", text).decode() != text:
-            return False
+        text = record.to_json()
+        got = self.store.compare_set(self.key(f"g/{n}"), "", text).decode()
+        held = record if got == text else Generation.from_json(got, f"generation {n} of job {self.job!r}")
+        self._move_gen(n)
+        return held
+
+    def _move_gen(self, n: int) -> None:
         for _ in range(8):  # gen only moves forward; others may move it too
-            cur = self.store.get("gen").decode() if self.has("gen") else ""
-            if cur and int(cur) >= n:
+            cur = self.maybe("gen")
+            cur_s = cur.decode() if cur else ""
+            if cur_s and int(cur_s) >= n:
                 break
-            self.store.compare_set("gen", cur, str(n))
-        return True
+            self.store.compare_set(self.key("gen"), cur_s, str(n))
 
-    def wait_admitted(self, member_id: str, k: int, timeout: timedelta,
-                      poll_s: float = 0.02, beat_s: float = 0.5) -> tuple[int, dict]:
-        """Blocks until a generation lists `member_id` (beating for request k).
+    # ---- after a restart of the store --------------------------------------
+    def reseed(self, n: int, rec: Generation, member_id: str, beacon: str, sig_lines: list[str]) -> bool:
+        """Writes back what the members know and a store that restarted empty
+        lost: generation n's record, ``gen``, the request counter (at least
+        the requests handled), the job's creation mark, this member's beacon
+        and the model's description. Idempotent; every member may run it.
+        Returns whether generation n's record was missing."""
+        missing = not self.has(f"g/{n}")
+        if missing:
+            held = self.publish(n, rec)
+            if held != rec:
+                import logging
+                logging.getLogger("mccl.elastic").error(
+                    "mccl.elastic: re-seeding the store: generation %d of job %r is another record (%s), "
+                    "written by a process that did not wait for the members to re-seed it", n, self.job,
+                    held.to_json()[:200])
+        else:
+            self._move_gen(n)
+        cur = self.requests()
+        if cur < rec.admitted:
+            self.store.add(self.key("joinseq"), rec.admitted - cur)
+        if rec.incarnation:
+            self.store.compare_set(self.key("created"), "", json.dumps({"incarnation": rec.incarnation,
+                                                                         "time": time.time()}))
+        self.set_member(member_id, beacon, socket.gethostname())
+        self.put_description(rec.signature, sig_lines)
+        self.list_job()
+        return missing
 
-        A generation that handled request k (its "admitted" count reached k)
-        without listing this member passed it over: the members saw the
-        request before it was whole, or its heartbeat late on a loaded
-        machine. The waiter then asks again (a new request), so a live
-        joiner is never forgotten.
+    # ---- ending ------------------------------------------------------------
+    def request_end(self, step: int | None) -> None:
+        self.set_json("end", {"step": step})
 
-        `timeout` counts while no member is seen alive: each change of the
-        job's heartbeat (job_beat) starts it again, so a joiner outwaits
-        members that are recovering from a failure (which can take their
-        own timeout) and gives up on a job whose members are all gone.
-        Changes are timed on this process's clock, whatever the members'
-        clocks say."""
-        wait_s = timeout.total_seconds()
-        end = time.monotonic() + wait_s
-        seen = -1
-        next_beat = time.monotonic() + beat_s
-        last_alive = None
-        while time.monotonic() < end:
-            n = self.latest()
-            while n > seen:
-                seen += 1
-                if seen < 0 or not self.has(f"g/{seen}"):
-                    continue
-                rec = self.generation(seen)
-                if member_id in rec["members"]:
-                    return seen, rec
-                if rec.get("cause") == "end":
-                    raise RuntimeError(f"mccl.elastic: job {self.job!r} ended at step {rec.get('step')} (its last "
-                                       f"members left together); start a new job under another name")
-                if int(rec.get("admitted", 0)) >= k:
-                    k = self.register(member_id)
-            if time.monotonic() >= next_beat:
-                # At the heartbeat's pace, not every poll: members rewrite
-                # the job's about once a second.
-                self.heartbeat(k)
-                alive = self.store.get("alive") if self.has("alive") else None
-                if alive is not None and alive != last_alive:
-                    last_alive = alive
-                    end = max(end, time.monotonic() + wait_s)
-                next_beat = time.monotonic() + beat_s
-            time.sleep(poll_s)
-        raise TimeoutError(f"mccl.elastic: not admitted to job {self.job!r}: no member of it was seen "
-                           f"alive for {wait_s:.0f} s (is a member running, or the first one?)")
+    def end_request(self) -> int | None:
+        """The step at which the job was asked to end (-1: at once), or None."""
+        raw = self.maybe("end")
+        if raw is None:
+            return None
+        try:
+            step = json.loads(raw.decode()).get("step")
+        except (ValueError, AttributeError):
+            return None
+        return -1 if step is None else int(step)
 
     # ---- recovery after a failure ---------------------------------------
     def check_in(self, n: int, rank: int, dead: list[int]) -> None:
-        self.store.append(f"rec/{n}/alive", f"{rank},")
+        self.store.append(self.key(f"rec/{n}/alive"), f"{rank},")
         if dead:
-            self.store.append(f"rec/{n}/dead", "".join(f"{d}," for d in dead))
+            self.note_dead(n, dead)
 
-    def _ranks(self, key: str) -> set[int]:
-        if not self.has(key):
-            return set()
-        return {int(x) for x in self.store.get(key).decode().split(",") if x}
+    def note_dead(self, n: int, dead: list[int]) -> None:
+        self.store.append(self.key(f"rec/{n}/dead"), "".join(f"{d}," for d in dead))
 
-    def decide(self, n: int, world: int, steps_key: str, grace_s: float, poll_s: float = 0.005,
-               holder_s: float = 0.0, presumed_s: float | None = None) -> dict:
-        """The dead set of generation n's failure, the same for every survivor:
-        ranks that did not check in once every rank is accounted for (checked
-        in, or seen dead by a survivor), or when `grace_s` has passed. Ranks
-        listed in rec/<n>/presumed (dead in the generation before) count as
-        accounted for once `presumed_s` has passed. With `holder_s`, no
-        decision is written before a rank whose step is >= 0 (one that holds
-        the job's state) has checked in, for up to that long."""
+    def ranks(self, k: str) -> set[int]:
+        raw = self.maybe(k)
+        return {int(x) for x in raw.decode().split(",") if x} if raw else set()
+
+    def decide(self, n: int, world: int, grace_s: float, poll_s: float = 0.005, holder_s: float = 0.0,
+               presumed_s: float | None = None, is_dead=None, recheck=None) -> dict:
+        """The dead set of generation n's failure, the same for every survivor
+        (decisions.dead_set says when it can be decided). `is_dead(rank)`
+        tells whether a rank that has not checked in is proven gone (its
+        beacon); `recheck()` runs again this survivor's check-in after the
+        store came back (it may have lost it)."""
         start = time.monotonic()
-        end = start + grace_s
         key = f"rec/{n}/decision"
+        epoch = self.store.epoch
         while True:
-            if self.has(key):
-                return self.get_json(key)
-            alive = self._ranks(f"rec/{n}/alive")
-            dead = self._ranks(f"rec/{n}/dead") - alive
-            if presumed_s is not None and time.monotonic() >= start + presumed_s:
-                dead |= self._ranks(f"rec/{n}/presumed") - alive
-            if len(alive) + len(dead) >= world or time.monotonic() >= end:
+            raw = self.maybe(key)
+            if raw is not None:
+                return json.loads(raw.decode())
+            if self.store.epoch != epoch:
+                # The store was away (and may have restarted empty): check in
+                # again, and give the others their grace from its return.
+                epoch = self.store.epoch
+                if recheck is not None:
+                    recheck()
+            start = max(start, self.store.reachable_since)
+            alive = self.ranks(f"rec/{n}/alive")
+            seen = self.ranks(f"rec/{n}/dead")
+            if is_dead is not None:
+                proven = [r for r in range(world) if r not in alive and r not in seen and is_dead(r)]
+                if proven:
+                    self.note_dead(n, proven)
+                    seen |= set(proven)
+            elapsed = time.monotonic() - start
+            acct = decisions.Accounting(world=world, alive=frozenset(alive), seen_dead=frozenset(seen),
+                                        presumed=frozenset(self.ranks(f"rec/{n}/presumed")), elapsed_s=elapsed,
+                                        grace_s=grace_s, presumed_s=presumed_s, holder_s=holder_s)
+            if decisions.dead_set(acct) is not None:
+                # Decidable as far as the dead go: now whether a rank that holds the state is in.
                 steps = {}
                 for r in alive:
-                    if self.has(f"{steps_key}/{r}"):
-                        steps[str(r)] = int(self.store.get(f"{steps_key}/{r}").decode())
-                if holder_s and not any(s >= 0 for s in steps.values()) and \
-                        time.monotonic() < start + holder_s:
-                    time.sleep(poll_s)
-                    continue
-                mine = {"dead": sorted(set(range(world)) - alive), "alive": sorted(alive), "steps": steps,
-                        "waited_s": round(grace_s - max(0.0, end - time.monotonic()), 3)}
-                got = self.store.compare_set(key, "", json.dumps(mine)).decode()
-                return json.loads(got)
+                    s = self.maybe(f"rec/{n}/step/{r}")
+                    if s is not None:
+                        steps[str(r)] = int(s.decode())
+                holders = not holder_s or any(s >= 0 for s in steps.values())
+                dead = decisions.dead_set(dataclasses.replace(acct, holders=holders))
+                if dead is not None:
+                    mine = {"dead": dead, "alive": sorted(alive), "steps": steps, "waited_s": round(elapsed, 3)}
+                    got = self.store.compare_set(self.key(key), "", json.dumps(mine)).decode()
+                    return json.loads(got)
             time.sleep(poll_s)
+
+
+def unique(requests: list[JoinRequest]) -> list[JoinRequest]:
+    """One request per process (its newest): a process that asked again
+    (passed over, or looking at the job anew) has several."""
+    newest = {r.id: r for r in requests}
+    return [r for r in requests if newest[r.id] is r]
 
 
 class BeatWatch:
@@ -235,10 +370,7 @@ class BeatWatch:
     def observe(self, m: "Membership", first: int, last: int) -> None:
         now = time.monotonic()
         for k in range(first, last + 1):
-            try:
-                raw = m.store.get(f"hb/{k}") if m.has(f"hb/{k}") else None
-            except Exception:  # noqa: BLE001 - the store is away: look next time
-                return
+            raw = m.maybe(f"hb/{k}")
             if raw is not None:
                 self.note(k, raw, now)
 
@@ -262,41 +394,70 @@ class BeatWatch:
             return now - changed <= fresh_s
         return False if now - first > fresh_s else None
 
+    def forget(self) -> None:
+        """After the store restarted: request numbers start again."""
+        with self._lock:
+            self._seen.clear()
+
 
 class KeySetter:
     """Sets keys of a job's store from a helper process started once under
     `prefix` (e.g. ``ip netns exec`` into the store's network namespace, for
     a driver that cannot reach it directly); a set then takes milliseconds,
-    not a Python start-up. Used by tests and benchmarks that steer a job."""
+    not a Python start-up. Used by tests and benchmarks that steer a job.
+    ``end(step)`` asks the job to end at that step (as `mccl elastic end`);
+    ``latest()`` reads its newest generation record."""
 
-    _CODE = ("import datetime, sys, torch.distributed as d\n"
+    _CODE = ("import datetime, sys\n"
              "from mccl.elastic.membership import Membership\n"
-             "s = d.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False, timeout=datetime.timedelta(seconds=30))\n"
-             "m = Membership(s, sys.argv[3])\n"
+             "from mccl.elastic.store import connect\n"
+             "m = Membership(connect(sys.argv[1], datetime.timedelta(seconds=30)), sys.argv[2])\n"
+             "m.store.raw()\n"
              "print('ready', flush=True)\n"
              "for line in sys.stdin:\n"
              "    k, v = line.split()\n"
-             "    m.store.set(k, v)\n"
+             "    if k == 'END':\n"
+             "        m.request_end(None if v == '-' else int(v))\n"
+             "    elif k == 'LATEST':\n"
+             "        g = m.latest_generation()[1]\n"
+             "        print('ok', g.to_json() if g is not None else '-', flush=True)\n"
+             "        continue\n"
+             "    else:\n"
+             "        m.set(k, v)\n"
              "    print('ok', flush=True)\n")
 
-    def __init__(self, host: str, port: int, job: str, prefix: list[str] | None = None):
+    def __init__(self, store: str, job: str, prefix: list[str] | None = None):
         import subprocess
         import sys
-        self.proc = subprocess.Popen(list(prefix or []) + [sys.executable, "-c", self._CODE, host, str(port), job],
+        self.proc = subprocess.Popen(list(prefix or []) + [sys.executable, "-c", self._CODE, store, job],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = ""
         for _ in range(50):  # torch may warn before the helper is ready
             line = self.proc.stdout.readline()
             if not line or "ready" in line:
                 break
         if "ready" not in line:
             self.proc.kill()
-            raise RuntimeError(f"mccl.elastic: cannot reach the store at {host}:{port}")
+            raise RuntimeError(f"mccl.elastic: cannot reach the store at {store}")
 
-    def set(self, key: str, value: str) -> None:
+    def _send(self, key: str, value: str) -> str:
         self.proc.stdin.write(f"{key} {value}\n")
         self.proc.stdin.flush()
-        if self.proc.stdout.readline().strip() != "ok":
-            raise RuntimeError(f"mccl.elastic: setting {key} in the store failed")
+        answer = self.proc.stdout.readline().strip()
+        if answer.split(" ", 1)[0] != "ok":
+            raise RuntimeError(f"mccl.elastic: {key} through the store failed")
+        return answer[3:]
+
+    def set(self, key: str, value: str) -> None:
+        self._send(key, value)
+
+    def end(self, step: int | None) -> None:
+        self._send("END", "-" if step is None else str(step))
+
+    def latest(self) -> Generation | None:
+        """The job's newest generation record."""
+        text = self._send("LATEST", "-")
+        return None if text == "-" else Generation.from_json(text)
 
     def close(self) -> None:
         self.proc.kill()

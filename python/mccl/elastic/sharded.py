@@ -176,16 +176,17 @@ class ShardedState:
         return self.checkpoint_dir is not None and self.step % self.checkpoint_every == 0 and \
             self.checkpoint_step != self.step
 
-    def save(self) -> None:
+    def save(self, meta: dict | None = None) -> None:
         """Collective: a sharded checkpoint of this step; then (rank 0) the
-        pointer to it, and older ones removed."""
+        pointer to it, and older ones removed. `meta`: the job's notes on it
+        (its generation, the model's signature), kept beside the step."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
         path = os.path.join(self.checkpoint_dir, f"step-{self.step:09d}")
         msd, osd = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
         if dist.get_rank() == 0:
-            torch.save(self._meta(), os.path.join(path, "mccl-meta.pt"))
+            torch.save(dict(meta or {}, **self._meta()), os.path.join(path, "mccl-meta.pt"))
             tmp = os.path.join(self.checkpoint_dir, "latest.tmp")
             with open(tmp, "w") as f:
                 f.write(os.path.basename(path) + "\n")

@@ -2,8 +2,10 @@
 
 A float64 MLP on a seeded synthetic dataset, SGD; every committed step is
 logged as "COMMIT <step> world <w> rank <r> gen <g>" so the test can replay
-the job's membership in one process. The job stops at the step the driver
-writes to the store key "stop_at" (every member reads it well before then)."""
+the job's membership in one process. The job ends at the step the driver
+asks for (Membership.request_end, as `mccl elastic end --at-step` does).
+Exit codes: 0 done or left, 3 excluded, 4 the job stopped (JobStopped),
+5 refused, 6 the job had finished, 7 no such job (JobMissing)."""
 
 import argparse
 import os
@@ -36,9 +38,10 @@ X, Y = dataset()
 
 
 def loss_of(net, idx):
+    dtype = next(net.parameters()).dtype  # float64, unless a test makes a member odd (--float32)
     if not idx:  # the epoch's last step may leave a member nothing
-        return net(X[:0]).sum() * 0.0
-    return torch.nn.functional.mse_loss(net(X[idx]), Y[idx])
+        return net(X[:0].to(dtype)).sum() * 0.0
+    return torch.nn.functional.mse_loss(net(X[idx].to(dtype)), Y[idx].to(dtype))
 
 
 def train_step(net, idx):
@@ -53,6 +56,16 @@ if __name__ == "__main__":
     p.add_argument("--store", required=True)
     p.add_argument("--job", default="test")
     p.add_argument("--initial", type=int, default=1)
+    p.add_argument("--create", action="store_true", help="this member may found the job")
+    p.add_argument("--checkpoint-dir", default="", help="the job's checkpoint folder (dormancy, resume)")
+    p.add_argument("--checkpoint-every-s", type=float, default=300.0)
+    p.add_argument("--steps", type=int, default=10**9)
+    p.add_argument("--float32", action="store_true", help="a float32 model where the job's is float64")
+    p.add_argument("--freeze-first", action="store_true", help="the first layer frozen (another trainable set)")
+    p.add_argument("--poison", type=int, default=-1, help="train_step raises ValueError for this sample")
+    p.add_argument("--unreadable", type=int, default=-1, help="train_step raises Unreadable for this sample")
+    p.add_argument("--no-admission-check", action="store_true",
+                   help="no model signature (a mismatched joiner is admitted: its first collective fails)")
     p.add_argument("--sleep-ms", type=float, default=20.0)
     p.add_argument("--out", default="")
     p.add_argument("--fsdp", default="", help="FSDP2 (ShardedState), checkpoints in this folder")
@@ -63,6 +76,11 @@ if __name__ == "__main__":
                    help="kill this process in the first join's new generation, after it met the others and "
                         "before its process group publishes its address")
     p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--die-at-open", action="store_true",
+                   help="as rank 0 of the first join's new generation: die once every member came to its "
+                        "rendezvous, before opening it (after it wrote the join generation)")
+    p.add_argument("--die-when-admitted", action="store_true",
+                   help="a joiner: die the moment a generation admits it, before its rendezvous")
     p.add_argument("--die-in-first-rebuild", action="store_true",
                    help="FSDP: kill this process as the first generation builds its sharded state")
     p.add_argument("--in-join-barrier", choices=["die", "skip"], default="",
@@ -75,6 +93,25 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
     sampler = elastic.ElasticSampler(DATA, batch=BATCH, seed=SEED)
+    if a.float32:
+        base_model = model
+        model = lambda: base_model().float()  # noqa: E731
+    if a.freeze_first:
+        base_model2 = model
+
+        def model():
+            net = base_model2()
+            net[0].weight.requires_grad_(False)
+            return net
+    if a.poison >= 0 or a.unreadable >= 0:
+        plain_step = train_step
+
+        def train_step(net, idx):
+            if a.poison in idx:
+                raise ValueError(f"sample {a.poison} cannot be decoded")
+            if a.unreadable in idx:
+                raise elastic.Unreadable([a.unreadable], "a truncated file")
+            return plain_step(net, idx)
     if a.fsdp:
         state = elastic.ShardedState(model, lambda params: torch.optim.SGD(params, lr=0.05, momentum=MOMENTUM), sampler,
                                      checkpoint_dir=a.fsdp, checkpoint_every=a.checkpoint_every)
@@ -83,8 +120,12 @@ if __name__ == "__main__":
         state = elastic.State(net, torch.optim.SGD(net.parameters(), lr=0.05), sampler)
     # A survivor slower than the grace to check in after a failure is taken
     # for dead (by design); CI's 2 cores can be that slow, so a wide grace.
-    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=a.timeout_s)
+    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=a.timeout_s, create=a.create,
+                      checkpoint_dir=a.checkpoint_dir or None, checkpoint_every_s=a.checkpoint_every_s)
     job.leave_on_signals()
+    if a.no_admission_check:
+        import mccl.elastic.signature as signature
+        signature.of_state = lambda state: []
     if a.die_in_first_rebuild:
         def dying_rebuild(full):
             print("DYING in the first rebuild", flush=True)
@@ -99,6 +140,26 @@ if __name__ == "__main__":
                 print("DYING before the group", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
         job._meet_rank0 = dying_meet
+    if a.die_at_open:
+        meet_open = job._meet_rank0
+
+        def dying_at_open(n, rank, world, after):
+            if after is not None and rank == 0:
+                here = [f"pg/{n}/here/{r}" for r in range(1, world)]
+                while not job.members.has_all(here):
+                    time.sleep(0.005)
+                print("DYING at the open", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return meet_open(n, rank, world, after)
+        job._meet_rank0 = dying_at_open
+    if a.die_when_admitted:
+        init_group = job._init_group
+
+        def dying_admitted(n, rec, after=None):
+            print("DYING when admitted", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        job._init_group = dying_admitted
+        del init_group
     if a.die_in_state_sync:
         relay = job._sync
 
@@ -154,22 +215,30 @@ if __name__ == "__main__":
         job._change = leave
 
     def on_step(job, state, loss):
-        print(f"COMMIT {state.step - 1} world {job.world} rank {job.rank} gen {job.generation}", flush=True)
+        print(f"COMMIT {state.step - 1} world {job.world} rank {job.rank} gen {job.generation} t {time.time():.3f}",
+              flush=True)
 
-    stop_at = None
-    while True:
-        if stop_at is None and job.generation >= 0 and job.members.has("stop_at"):
-            stop_at = int(job.members.store.get("stop_at").decode())
-        if stop_at is not None and state.step >= stop_at:
-            break
-        try:
-            if job.run(state, train_step, steps=state.step + 1, on_step=on_step) == "left":
-                print("LEFT", flush=True)
-                print("WORKER OK", flush=True)
-                sys.exit(0)
-        except elastic.Excluded as e:
-            print(f"EXCLUDED {e}", flush=True)
-            sys.exit(3)
+    try:
+        if job.run(state, train_step, steps=a.steps, on_step=on_step) == "left":
+            print("LEFT", flush=True)
+            print("WORKER OK", flush=True)
+            sys.exit(0)
+    except elastic.Excluded as e:
+        print(f"EXCLUDED {e}", flush=True)
+        sys.exit(3)
+    except elastic.JobStopped as e:
+        print(f"STOPPED {e}", flush=True)
+        sys.exit(4)
+    except elastic.Refused as e:
+        print(f"REFUSED {e}", flush=True)
+        sys.exit(5)
+    except elastic.JobFinished as e:
+        print(f"FINISHED {e}", flush=True)
+        sys.exit(6)
+    except elastic.JobMissing as e:
+        print(f"MISSING {e}", flush=True)
+        sys.exit(7)
+    print(f"DONE step {state.step} skipped {sorted(job.skipped)}", flush=True)
     for c in job.history:
         print(f"CHANGE gen {c.generation} {c.cause} world {c.world} stall {c.stall_s:.3f} "
               f"bytes {c.state_bytes}", flush=True)
@@ -178,7 +247,7 @@ if __name__ == "__main__":
         final = full["model"] if full is not None else None
     else:
         final = {k: v.clone() for k, v in state.model.state_dict().items()}
-    if job.rank == 0 and a.out:
+    if job.rank == 0 and a.out:  # the group stays up after run() returns "done"
         torch.save(final, a.out)
     import torch.distributed as dist
     dist.destroy_process_group()

@@ -1,0 +1,177 @@
+"""Where an elastic job keeps its state on disk, whatever kind of state it
+is: the job's side of durable/ (a State: rank 0's checkpoints, periodic ones
+written in the background) and of ShardedState's sharded checkpoints (every
+rank its shards, through torch.distributed.checkpoint).
+
+    Keeping.of(checkpoint_dir, job_id, every_s, state)
+
+A job without a folder keeps nothing (`enabled` is False): its state lives
+only in its members, and it ends when the last one leaves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+log = logging.getLogger("mccl.elastic")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A checkpoint, as the protocol names it."""
+    name: str            # the folder's name in the checkpoint folder
+    step: int
+    generation: int = -1  # the generation that wrote it
+    signature: str = ""
+    incarnation: str = ""
+
+
+class Keeping:
+    enabled = False
+    where = "(no checkpoint folder)"
+
+    @staticmethod
+    def of(checkpoint_dir: str | None, job_id: str, every_s: float, state) -> "Keeping":
+        if getattr(state, "sharded", False):
+            folder = checkpoint_dir or state.checkpoint_dir
+            return ShardedKeeping(folder, state) if folder else Keeping()
+        return StateKeeping(checkpoint_dir, job_id, every_s) if checkpoint_dir else Keeping()
+
+    def exists(self) -> bool:
+        return self.latest() is not None
+
+    def latest(self) -> Ref | None:
+        return None
+
+    def find(self, name: str) -> Ref | None:
+        return None
+
+    def load(self, ref: Ref, state) -> int:
+        raise RuntimeError("mccl.elastic: this job has no checkpoint folder (Job(checkpoint_dir=...))")
+
+    def save_now(self, state, kind: str, meta: dict, writer: bool | None = None) -> str:
+        return ""
+
+    def periodic(self, state, meta) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class StateKeeping(Keeping):
+    """A State's checkpoints: written by the job's rank 0 alone (every member
+    holds the same state), periodic ones in the background."""
+
+    enabled = True
+
+    def __init__(self, folder: str, job_id: str, every_s: float):
+        from .durable import BackgroundSaver, Checkpoints
+        self.where = folder
+        os.makedirs(folder, exist_ok=True)
+        self.ckpts = Checkpoints(folder, keep=2, job_id=job_id)
+        self.saver = BackgroundSaver(self.ckpts)
+        self.every_s = every_s
+        self._last = time.monotonic()
+
+    @staticmethod
+    def _ref(r) -> Ref:
+        meta = r.meta or {}
+        return Ref(name=r.path.name, step=r.step, generation=int(meta.get("generation", -1)),
+                   signature=str(meta.get("signature", "")), incarnation=str(meta.get("incarnation", "")))
+
+    def latest(self) -> Ref | None:
+        r = self.ckpts.latest()
+        return self._ref(r) if r is not None else None
+
+    def _raw(self, name: str):
+        """The named checkpoint, verified; None if it is gone or damaged."""
+        for folder, ref, problem in self.ckpts.scan():
+            if folder != name:
+                continue
+            try:
+                if problem is not None:
+                    raise problem
+                return self.ckpts.verify(ref)
+            except Exception as e:  # noqa: BLE001 - damaged: the caller falls back to the newest valid one
+                log.warning("mccl.elastic: checkpoint %s is not valid: %s", name, e)
+                return None
+        return None
+
+    def find(self, name: str) -> Ref | None:
+        r = self._raw(name)
+        return self._ref(r) if r is not None else None
+
+    def load(self, ref: Ref, state) -> int:
+        from .durable import load_state
+        raw = self._raw(ref.name)
+        if raw is None:
+            raise RuntimeError(f"mccl.elastic: checkpoint {ref.name} in {self.where} is gone or not valid")
+        state.load_state_dict(load_state(raw))
+        return raw.nbytes
+
+    def save_now(self, state, kind: str, meta: dict, writer: bool | None = None) -> str:
+        """The writer (by default rank 0 of the current group) writes the
+        state now, after any save in flight, and returns the checkpoint's
+        name; the others return ""."""
+        if not (dist.get_rank() == 0 if writer is None else writer):
+            return ""
+        self.saver.snapshot_and_save(state.step, state.state_dict(), kind=kind, meta=meta)
+        ref = self.saver.wait()
+        self._last = time.monotonic()
+        return ref.path.name
+
+    def periodic(self, state, meta) -> None:
+        """Rank 0, at a committed step: a background save every `every_s`
+        (`meta()` gives the manifest's meta)."""
+        if dist.get_rank() != 0 or time.monotonic() - self._last < self.every_s:
+            return
+        self._last = time.monotonic()
+        self.saver.snapshot_and_save(state.step, state.state_dict(), kind="periodic", meta=meta())
+
+    def close(self) -> None:
+        try:
+            self.saver.wait()
+        except Exception as e:  # noqa: BLE001 - logged by the saver
+            log.debug("mccl.elastic: the last background save failed: %s", e)
+
+
+class ShardedKeeping(Keeping):
+    """A ShardedState's sharded checkpoints (sharded.py writes and loads them,
+    collectively; `latest` names the newest)."""
+
+    enabled = True
+
+    def __init__(self, folder: str, state):
+        self.where = folder
+        self.state = state
+        if state.checkpoint_dir is None:
+            state.checkpoint_dir = folder
+
+    def latest(self) -> Ref | None:
+        try:
+            with open(os.path.join(self.where, "latest")) as f:
+                name = f.read().strip()
+        except OSError:
+            return None
+        meta = os.path.join(self.where, name, "mccl-meta.pt")
+        if not os.path.exists(os.path.join(self.where, name, ".metadata")) or not os.path.exists(meta):
+            return None
+        import torch
+        m = torch.load(meta, weights_only=False)
+        return Ref(name=name, step=int(m["step"]), generation=int(m.get("generation", -1)),
+                   signature=str(m.get("signature", "")), incarnation=str(m.get("incarnation", "")))
+
+    def find(self, name: str) -> Ref | None:
+        ref = self.latest()
+        return ref if ref is not None and ref.name == name else None
+
+    def save_now(self, state, kind: str, meta: dict, writer: bool | None = None) -> str:
+        """Collective: every rank writes its shards."""
+        state.save(meta=meta)
+        return f"step-{state.step:09d}"
