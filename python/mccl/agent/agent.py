@@ -8,6 +8,12 @@ worker that exits on its own is started again when the machine still
 qualifies, after a back-off that doubles per failure (10 s to 5 min). On
 macOS the worker runs under ``caffeinate -i -w <pid>`` so the Mac does not
 idle-sleep while it trains.
+
+With a ``[fleet]`` section the agent also tells the status page what it does
+(dashboard/publish.py): training, idle (the machine qualifies, the worker is
+not running yet), ineligible (the rules keep it out, and why), stopping,
+error, or away (the agent itself stopped). The writes run on a thread of
+their own: the store never slows the agent down nor stops it.
 """
 
 from __future__ import annotations
@@ -29,8 +35,15 @@ log = logging.getLogger("mccl.agent")
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, source: Source, now=dt.datetime.now, monotonic=time.monotonic):
+    def __init__(self, cfg: AgentConfig, source: Source, now=dt.datetime.now, monotonic=time.monotonic,
+                 publisher=None):
         self.cfg, self.source, self.now, self.monotonic = cfg, source, now, monotonic
+        if publisher is None and cfg.fleet_store:
+            from ..elastic.dashboard.publish import AgentPublisher
+            publisher = AgentPublisher(cfg.fleet_store, host=cfg.fleet_host, job=cfg.fleet_job,
+                                       every_s=cfg.publish_every_s)
+        self.publisher = publisher
+        self.last_exit: int | None = None
         self.proc: subprocess.Popen | None = None
         self.keepawake: subprocess.Popen | None = None
         self.last_idle: float | None = None
@@ -43,6 +56,11 @@ class Agent:
     def _event(self, text: str) -> None:
         self.events.append(text)
         log.warning("mccl agent: %s", text)
+
+    def _say(self, state: str, reason: str) -> None:
+        """The state the status page shows for this machine (never blocks)."""
+        if self.publisher is not None:
+            self.publisher.offer(state, reason, self.proc.pid if self.running() else None)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -68,6 +86,7 @@ class Agent:
 
     def _stop(self, p: subprocess.Popen, reason: str) -> float:
         t0 = self.monotonic()
+        self._say("stopping", reason)
         self._event(f"asking the worker to leave: {reason}")
         try:
             os.killpg(p.pid, signal.SIGTERM)
@@ -96,6 +115,7 @@ class Agent:
                                                   if self.failures else 10.0)
             self._event(f"the worker exited with {code}")
             self.proc = None
+            self.last_exit = code
         try:
             idle, on_ac = self.source.read()
         except ActivityError as e:
@@ -103,6 +123,7 @@ class Agent:
             if self.running():
                 self.stop(f"cannot read activity ({e})")
             log.warning("mccl agent: %s", e)
+            self._say("error", f"cannot read activity ({e})")
             return
         d = decide(self.cfg.rules, Reading(idle, on_ac, self.now()), self.running(), self.last_idle)
         self.last_idle = idle
@@ -110,6 +131,19 @@ class Agent:
             self.start(d.reason)
         elif not d.work and self.running():
             self.stop(d.reason)
+        self._say(*self._state(d))
+
+    def _state(self, d) -> tuple[str, str]:
+        """What the status page shows after this tick, and why."""
+        if self.running():
+            return "training", d.reason
+        if not d.work:
+            return "ineligible", d.reason
+        at = dt.datetime.now() + dt.timedelta(seconds=max(0.0, self.not_before - self.monotonic()))
+        if self.failures:
+            return "error", (f"the worker exited with {self.last_exit} ({self.failures} in a row); "
+                             f"starting it again at {at:%H:%M:%S}")
+        return "idle", f"{d.reason}; the worker starts again at {at:%H:%M:%S}"
 
     def run(self) -> None:
         def bye(signum, _frame):
@@ -118,14 +152,19 @@ class Agent:
                 # A leave is under way: let it finish (a second SIGTERM
                 # would end the worker at once); the loop then exits.
                 return
-            self.stop(f"the agent got {self._exit}")
-            sys.exit(0)
+            self._bye()
 
         signal.signal(signal.SIGTERM, bye)
         signal.signal(signal.SIGINT, bye)
         while True:
             self.tick()
             if self._exit is not None:
-                self.stop(f"the agent got {self._exit}")
-                sys.exit(0)
+                self._bye()
             time.sleep(self.cfg.check_every_s)
+
+    def _bye(self) -> None:
+        self.stop(f"the agent got {self._exit}")
+        if self.publisher is not None:
+            self.publisher.offer("away", f"its agent stopped ({self._exit})", None)
+            self.publisher.close(0.5)
+        sys.exit(0)

@@ -6,6 +6,7 @@
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
     mccl-bench wire-accuracy --ns 2,8,24,200            # 16-bit wire error: mccl vs bf16_compress_hook
+    mccl-bench status-load                              # the status page with 200 simulated members and agents
     mccl-bench wire-accuracy --real --ns 2,3,4          # the same from real all-reduces on N ranks
     mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
@@ -162,6 +163,19 @@ def parser() -> argparse.ArgumentParser:
     el.add_argument("--hosts", type=int, default=6, help="--week without --netlab: members on this machine")
     el.add_argument("--outage-s", type=float, default=60.0, help="--week --store tcp: how long the store is down")
     el.add_argument("--timeout-s", type=float, default=30.0, help="--week: the members' timeout_s")
+    sl = sub.add_parser("status-load", help="the fleet's status page with 200 simulated members and agents: "
+                                            "coordinator CPU, page load, member-side cost")
+    sl.add_argument("--members", type=int, default=200)
+    sl.add_argument("--agents", type=int, default=220)
+    sl.add_argument("--viewers", type=int, default=5, help="browsers polling /api/fleet every second")
+    sl.add_argument("--seconds", type=float, default=60.0, help="the measured stretch")
+    sl.add_argument("--settle-s", type=float, default=10.0, help="before measuring")
+    sl.add_argument("--change-s", type=float, default=15.0, help="a membership change this often")
+    sl.add_argument("--sample-s", type=float, default=10.0, help="the coordinator's series sampling")
+    sl.add_argument("--step-ms", type=float, default=300.0, help="a typical step, for the member side's share")
+    sl.add_argument("--loads", type=int, default=20, help="page loads over HTTP")
+    sl.add_argument("--no-browser", action="store_true", help="skip the headless Chromium load")
+    sl.add_argument("--json")
     wa = sub.add_parser("wire-accuracy",
                         help="error of a 16-bit wire: mccl's against bf16_compress_hook's (simulated, or --real)")
     wa.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate (with --real: to run)")
@@ -259,6 +273,10 @@ def main(argv=None) -> int:
     if args.mode == "elastic":
         from . import elastic
         elastic.run(args)
+        return 0
+    if args.mode == "status-load":
+        from . import status_load
+        status_load.run(args)
         return 0
     if args.mode == "trace-report":
         from . import trace_report
