@@ -121,9 +121,10 @@ class Job(Joining, Transitions):
         come resumes at that step; rank 0 also saves the state in the
         background every `checkpoint_every_s`, the most a power cut can
         lose. Without it, the job ends when its last member leaves.
-        `initial`: members the first generation waits for (up to
-        `initial_wait_s`). `crash_grace_s`: how long survivors of a failure
-        wait for each other to check in when the dead are not all known.
+        `initial`: members the founding generation waits for (up to
+        `initial_wait_s`; a dormant job is resumed at once by whoever
+        comes). `crash_grace_s`: how long survivors of a failure wait for
+        each other to check in when the dead are not all known.
         `timeout_s`: how long a group waits for a member, and how long a
         joiner waits while no member of the job is seen alive (then it
         resumes the job from its checkpoint). `check_every`: steps between

@@ -105,10 +105,11 @@ class Joining:
         k = m.register(self._request())
         if v is Verdict.JOIN:
             return self._wait_admitted(k)
-        # Founding or resuming: wait (up to initial_wait_s) for `initial` requests, then
-        # publish the generation; the first writer wins.
+        # Founding: wait (up to initial_wait_s) for `initial` requests; resuming:
+        # at once, with whoever asked (at dusk the others join as they come).
+        # Then publish the generation; the first writer wins.
         first = (o.latest.admitted if o.latest is not None else 0) + 1
-        end = time.monotonic() + self.initial_wait_s
+        end = time.monotonic() + (self.initial_wait_s if v is Verdict.FOUND else 0.0)
         while m.requests() - first + 1 < self.initial and time.monotonic() < end:
             time.sleep(0.01)
         last = m.requests()
