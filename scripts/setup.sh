@@ -39,12 +39,16 @@ if ! $PY -c "import sys, torch; v = tuple(int(x) for x in torch.__version__.spli
 fi
 missing=()
 # expecttest: torch's own distributed test suite (tests/torch_suite) imports it.
-for mod in pytest numpy cmake ninja scikit_build_core expecttest; do
+for mod in pytest numpy cmake ninja expecttest; do
   $PY -c "import $mod" 2>/dev/null || missing+=("$mod")
 done
+# scikit-build-core 1.1 or newer: pyproject.toml's [[tool.dynamic-metadata]]
+# (the version from python/mccl/_version.py, the wheel's torch pin).
+$PY -c "import sys, scikit_build_core as s; sys.exit(tuple(map(int, s.__version__.split('.')[:2])) < (1, 1))" 2>/dev/null ||
+  missing+=("scikit-build-core>=1.1")
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
-  $PY -m pip install -q "${missing[@]/scikit_build_core/scikit-build-core}"
+  $PY -m pip install -q "${missing[@]}"
 fi
 
 # MCCL itself, against the installed torch (no build isolation: an isolated

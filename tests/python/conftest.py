@@ -45,3 +45,4 @@ def run_workers(script: str, world: int, *args: str, timeout: float = 240.0,
             continue
         assert "WORKER OK" in out, f"rank {rank} did not report success:\n{out[-4000:]}"
     return outs
+

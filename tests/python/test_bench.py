@@ -21,6 +21,7 @@ def bench(*args, env=None, timeout=240):
     return p.stdout
 
 
+@pytest.mark.slow
 def test_collective_sweep_json_and_table(tmp_path):
     out = tmp_path / "r.json"
     ops = "all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all,sendrecv"
@@ -66,6 +67,7 @@ def test_collective_sweep_json_and_table(tmp_path):
     assert "# start-up, 3 ranks" in text and "threads" in text, text
 
 
+@pytest.mark.slow
 def test_recorded_algorithm_follows_pieces_wire_and_forcing(tmp_path):
     # The record is what the group runs: a 64 KiB all_reduce cut into 16 KiB
     # pieces, the bf16 wire in place of the table's choice, and MCCL_ALGO.
@@ -80,6 +82,7 @@ def test_recorded_algorithm_follows_pieces_wire_and_forcing(tmp_path):
                      "MCCL_WIRE_REDUCE": "pairwise"}) == "bf16 wire, pairwise"
 
 
+@pytest.mark.slow
 def test_wire_dtypes_beside_gloo_and_the_bf16_hook(tmp_path):
     out = tmp_path / "w.json"
     text = bench("--nproc", "3", "--ops", "all_reduce", "--sizes", "8,1M", "--rounds", "1", "--target", "0.005",
@@ -93,6 +96,7 @@ def test_wire_dtypes_beside_gloo_and_the_bf16_hook(tmp_path):
             assert r[b]["busbw_GBps"] >= 0, r
 
 
+@pytest.mark.slow
 def test_wire_accuracy_real_runs_match_the_simulation(tmp_path):
     """--real runs the all-reduces on N ranks: MCCL's results are the
     simulation's bits on every rank, and the errors against float64 are a
@@ -111,6 +115,7 @@ def test_wire_accuracy_real_runs_match_the_simulation(tmp_path):
         assert 2 ** -10 < r["mccl_int8"]["rel_l2"] < 0.1, r
 
 
+@pytest.mark.slow
 def test_wire_train_runs_every_configuration(tmp_path):
     out = tmp_path / "t.json"
     text = bench("wire-train", "--nproc", "2", "--preset", "tiny", "--steps", "3", "--warmup", "1",
@@ -133,6 +138,7 @@ def test_memory_mode():
     assert "beyond tensor (MiB)" in text and "result correct" in text, text
 
 
+@pytest.mark.slow
 def test_ddp_mode():
     text = bench("ddp", "--nproc", "2", "--steps", "3", "--warmup", "1", "--width", "64", "--depth", "2",
                  "--bucket-mb", "0.01")
@@ -140,6 +146,7 @@ def test_ddp_mode():
     assert "mccl" in text and "gloo" in text
 
 
+@pytest.mark.slow
 def test_tune_writes_the_cost_model(tmp_path):
     path = tmp_path / "tune.conf"
     text = bench("--tune", "--nproc", "2", "--tune-bytes", str(1 << 20), env={"MCCL_TUNE_FILE": str(path)})
@@ -188,6 +195,7 @@ def test_chosen_algorithm_follows_the_cost_model():
         mccl._C.chosen_algorithm("all_reduce", 8, 4, builtin)
 
 
+@pytest.mark.slow
 def test_elastic_mode_measures_every_change(tmp_path):
     out = tmp_path / "e.json"
     text = bench("elastic", "--initial", "3", "--params-mb", "2", "--step-ms", "100", "--stable-steps", "4",
@@ -213,6 +221,7 @@ def _sweep(world, results, goodput=None, algo=None):
     return {"meta": {"world": world, "env": env}, "results": rows}
 
 
+@pytest.mark.slow
 def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
     # Recorded numbers: medians over the files of one (op, size, N), the
     # goodput each file measured (or --goodput), forced algorithms apart.
@@ -262,6 +271,7 @@ def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
     assert p.returncode != 0 and "not an `mccl-bench --json` sweep" in p.stderr
 
 
+@pytest.mark.slow
 def test_trace_report_breaks_down_recursive_doubling(tmp_path):
     # Six ranks under the built-in model: two blocks of three fold into their
     # last ranks (2 and 5), which exchange in one round and send the result
@@ -318,6 +328,7 @@ def test_trace_report_breaks_down_recursive_doubling(tmp_path):
     assert "recursive doubling, round 1:" in out and "spread of the starts" in out
 
 
+@pytest.mark.slow
 def test_trace_report_matches_frames_by_group_rank_in_a_subgroup(tmp_path):
     # Ranks 1..4 of five in a group of their own: their connections are the
     # world's (family ranks 1..4), their rounds name group ranks 0..3. Every
@@ -339,6 +350,7 @@ def test_trace_report_matches_frames_by_group_rank_in_a_subgroup(tmp_path):
         assert r["frame read -> resumed"]["n"] == 4 * rep["ops"], r
 
 
+@pytest.mark.slow
 def test_trace_report_refuses_what_is_not_a_trace(tmp_path):
     (tmp_path / "mccl-trace-1.txt").write_text("# mccl trace 1 pid=1 events=1 dropped=0\n12 op_start x 1 2 0 7\n")
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "trace-report", str(tmp_path)], capture_output=True, text=True,

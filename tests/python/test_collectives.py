@@ -5,13 +5,14 @@ import pytest
 from conftest import run_workers
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("world", [1, 2, *(pytest.param(n, marks=pytest.mark.slow) for n in (3, 4, 5))])
 def test_collectives_match_reference_and_gloo(world):
     outs = run_workers("collectives.py", world, timeout=420)
     assert "checks passed" in outs[0]
 
 
 @pytest.mark.parametrize("world", [3])
+@pytest.mark.slow
 def test_collectives_with_pipelined_striped_transport(world):
     # Tiny chunks and frames over 3 sockets per peer, with a tight unexpected
     # budget, every frame checksummed: the same results through many-chunk
@@ -22,6 +23,7 @@ def test_collectives_with_pipelined_striped_transport(world):
 
 
 @pytest.mark.parametrize("world", [3])
+@pytest.mark.slow
 def test_collectives_by_same_host_reads(world):
     # Every frame goes by reference (the receiver copies it from the sender's
     # memory with process_vm_readv), in small frames, checksummed: the same
@@ -32,6 +34,7 @@ def test_collectives_by_same_host_reads(world):
 
 
 @pytest.mark.parametrize("mode,world,reads", [("integrity", 2, "0"), ("encrypt", 3, "1")])
+@pytest.mark.slow
 def test_collectives_over_sealed_links(mode, world, reads):
     # MCCL_WIRE_SECURITY: every frame carries an AES-GCM tag (and with
     # encrypt its payload is ciphertext), small frames so there are many;
@@ -42,6 +45,7 @@ def test_collectives_over_sealed_links(mode, world, reads):
     run_workers("collectives.py", world, env=env, timeout=420)
 
 
+@pytest.mark.slow
 def test_collectives_all_on_tcp():
     # MCCL_LOCAL_READ_BYTES=0: not one frame by reference, same results.
     run_workers("collectives.py", 2, env={"MCCL_LOCAL_READ_BYTES": "0", "EXPECT_LOCAL_READS": "0"},
@@ -49,6 +53,7 @@ def test_collectives_all_on_tcp():
 
 
 @pytest.mark.parametrize("world", [2, 5])
+@pytest.mark.slow
 def test_collectives_in_pieces(world):
     # all_reduce above 2 x MCCL_PIECE_BYTES runs as pieces.
     outs = run_workers("collectives.py", world, env={"MCCL_PIECE_BYTES": "1K"}, timeout=420)
@@ -56,6 +61,7 @@ def test_collectives_in_pieces(world):
 
 
 @pytest.mark.parametrize("world", [6, 7])
+@pytest.mark.slow
 def test_every_allreduce_algorithm_matches_reference_and_gloo(world):
     # Each algorithm forced on a group of its own (MCCL_ALGO at new_group):
     # 6 ranks form the torus's 2 x 3 grid and fold recursive doubling and
@@ -64,5 +70,6 @@ def test_every_allreduce_algorithm_matches_reference_and_gloo(world):
     assert "checks passed over 7 algorithms" in outs[0]
 
 
+@pytest.mark.slow
 def test_profiler_span_ends_when_the_op_completes():
     run_workers("profiler_spans.py", 2, timeout=120)

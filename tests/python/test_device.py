@@ -8,6 +8,9 @@ import torch
 
 from conftest import run_workers
 
+# Every test here runs several ranks through a (fake or real) device for 10 s or more.
+pytestmark = pytest.mark.slow
+
 FAKE = {"MCCL_FAKE_DEVICE_FOR_TESTING": "300"}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (none on this machine)")
 

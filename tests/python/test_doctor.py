@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mccl.doctor import diagnose, render, socket_limits
 
 
@@ -48,6 +50,7 @@ def test_socket_limits_name_the_sysctls():
         assert cmd.startswith("sudo sysctl -w net.")
 
 
+@pytest.mark.slow
 def test_doctor_on_local_ranks():
     p = subprocess.run([sys.executable, "-m", "mccl.cli", "doctor", "--nproc", "3", "--bytes", str(1 << 20),
                         "--rounds", "2", "--json", "--timeout", "120"], capture_output=True, text=True, timeout=180)

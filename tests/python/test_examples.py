@@ -61,6 +61,7 @@ def test_small_deep_lean_is_small_deep_on_fewer_tokens():
     assert lean(torch.randn(2, 3, image, image)).shape == (2, 10)
 
 
+@pytest.mark.slow
 def test_vit_trains_over_mccl_and_reports_overlap():
     res = run([sys.executable, str(VIT), "--preset", "tiny", "--steps", "3", "--warmup", "1", "--batch", "8",
                "--measure-overlap", "--threads", "1", "--quiet"], 2, timeout=240, env={"OMP_NUM_THREADS": "1"})
@@ -73,6 +74,7 @@ def test_vit_trains_over_mccl_and_reports_overlap():
 
 
 @needs_cpu_fsdp2
+@pytest.mark.slow
 def test_vit_trains_with_fsdp_like_gloo():
     # FSDP2 (all-gather + reduce-scatter per block) on an odd world: the same
     # data and initial weights give the same loss over MCCL as over Gloo.
@@ -89,6 +91,7 @@ def test_vit_trains_with_fsdp_like_gloo():
     assert abs(losses["mccl"] - losses["gloo"]) <= 1e-4 * max(1.0, abs(losses["gloo"])), losses
 
 
+@pytest.mark.slow
 def test_vit_traces_ddp_buckets():
     # --trace-buckets swaps in a hook that does DDP's default (average by
     # all-reduce) and times each bucket: the same loss as without it, every
@@ -179,6 +182,7 @@ def test_bucket_trace_per_bucket_after_the_last_hand_over():
         {"index": 1, "bytes": 4, "median_rank_ms": pytest.approx(15.0), "last_rank_ms": pytest.approx(20.0)}]
 
 
+@pytest.mark.slow
 def test_matmul_reports_every_precision(tmp_path):
     out = tmp_path / "mm.json"
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "matmul", "--device", "cpu", "-n", "256",
@@ -262,6 +266,7 @@ def test_device_queue_matches_plain_sleeps_without_host_work(fake_clock_queue):
     assert clock.slept == pytest.approx([0.01, 0.02, 0.03])
 
 
+@pytest.mark.slow
 def test_vit_emulate_queue_one_rank_and_ddp():
     # --emulate-queue: one rank's step still takes at least the device's
     # 200 ms, and the flags are recorded; over DDP the loss is the same as
@@ -288,6 +293,7 @@ def test_vit_emulate_queue_one_rank_and_ddp():
     assert ddp[1]["final_loss"] == pytest.approx(ddp[0]["final_loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_vit_emulate_queue_is_refused_without_device_time_or_with_fsdp():
     for extra, words in ((["--emulate-queue"], "--emulate-queue: give the device's time with --emulate-ms"),
                          (["--emulate-queue", "--emulate-ms", "10", "--fsdp"], "--emulate-queue models DDP's step")):

@@ -10,12 +10,14 @@ import torch
 from conftest import WORKERS, run_workers
 
 
-@pytest.mark.parametrize("method", ["env", "tcp", "file"])
+@pytest.mark.parametrize("method", ["env", *(pytest.param(m, marks=pytest.mark.slow)
+                                              for m in ("tcp", "file"))])
 def test_init_methods(method, tmp_path):
     args = [method] + ([str(tmp_path / "rendezvous")] if method == "file" else [])
     run_workers("init_methods.py", 3, *args)
 
 
+@pytest.mark.slow
 def test_torchrun_standalone():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(WORKERS / "init_methods.py"), "env"]
@@ -28,19 +30,21 @@ def test_torchrun_standalone():
     assert p.stdout.count("WORKER OK") == 2, p.stdout
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_errors_are_clear_and_do_not_hang(world):
     run_workers("errors.py", world)
 
 
 @pytest.mark.skipif(tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 9),
                     reason="ProcessGroup.set_timeout reaches a third-party backend from torch 2.9")
+@pytest.mark.slow
 def test_a_timeout_set_after_creation_holds_for_point_to_point():
     run_workers("p2p_timeout.py", 2)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads thread priorities from /proc")
 @pytest.mark.parametrize("mode", [None, "normal", "latency", "high"])
+@pytest.mark.slow
 def test_thread_priority_sets_mccl_threads_only(mode):
     # None: the default (the worker reads the variable as the library does)
     outs = run_workers("thread_priority.py", 3, env={"MCCL_THREAD_PRIORITY": mode} if mode else {})

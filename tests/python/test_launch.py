@@ -36,6 +36,7 @@ def show(tmp_path, monkeypatch):
     return [sys.executable, str(script)]
 
 
+@pytest.mark.slow
 def test_several_ranks_share_the_cores(show):
     for nproc in (2, 3):
         want = max(1, _cores() // nproc)
@@ -60,6 +61,7 @@ def _default_threads() -> int:
     return int(p.stdout)
 
 
+@pytest.mark.slow
 def test_the_callers_choice_stands(show, monkeypatch):
     # From env= (over the environment's), from the environment, and an empty
     # value counts as unset. Only the variable is compared: torch caps its
@@ -72,6 +74,7 @@ def test_the_callers_choice_stands(show, monkeypatch):
     assert {v for v, _ in _threads(r.output for r in run(show, 2, timeout=120))} == {want}
 
 
+@pytest.mark.slow
 def test_the_command_says_what_it_chose(show):
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     p = subprocess.run([sys.executable, "-m", "mccl.launch", "--nproc", "2", *show[1:]], env=env,

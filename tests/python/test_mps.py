@@ -19,6 +19,7 @@ def test_mps_kernels_registered_for_every_op():
     assert "monitored_barrier_" not in names  # Gloo-only; not served
 
 
+@pytest.mark.slow
 def test_boxed_kernels_serve_the_real_schemas_of_every_supported_torch():
     # torch 2.5-2.7 and 2.8-2.13 as read from their wheels, a synthetic
     # variant, and the installed torch.
@@ -32,6 +33,7 @@ FAKE_MPS = {"shared": {"MCCL_FAKE_DEVICE_FOR_TESTING": "mps-shared:300"},
 
 
 @pytest.mark.parametrize("mode", ["shared", "private"])
+@pytest.mark.slow
 def test_fake_mps_staging_orders_fence_and_copies(mode):
     # Shared: the core works in the tensors' memory after the fence;
     # private: blits on MCCL's own queue into poisoned shared buffers.
@@ -39,11 +41,13 @@ def test_fake_mps_staging_orders_fence_and_copies(mode):
 
 
 @pytest.mark.parametrize("mode", ["shared", "private"])
+@pytest.mark.slow
 def test_fake_mps_every_collective(mode):
     outs = run_workers("collectives.py", 3, env=FAKE_MPS[mode], timeout=420)
     assert "checks passed" in outs[0]
 
 
+@pytest.mark.slow
 def test_fake_mps_slow_copy_does_not_block_the_network():
     # Results take 3 s to reach the fake device: a barrier on the same
     # connections completes meanwhile; the Future's callback waits for the
@@ -52,6 +56,7 @@ def test_fake_mps_slow_copy_does_not_block_the_network():
 
 
 @pytest.mark.parametrize("mode", ["shared", "private"])
+@pytest.mark.slow
 def test_fake_mps_callbacks_run_where_mps_is_safe(mode):
     # A Future's then() callback never runs on an MCCL thread while the
     # issuing thread computes: on that thread at its next MCCL call or
@@ -67,7 +72,7 @@ def test_fake_mps_callbacks_past_the_deadline():
                 timeout=120)
 
 
-@pytest.mark.parametrize("piece", ["4M", "64K"])
+@pytest.mark.parametrize("piece", [pytest.param("4M", marks=pytest.mark.slow), "64K"])
 def test_fake_mps_pools_buffers_and_batches_copies(piece):
     # Counted by the fake Metal port as mps_metal.mm counts them; at 64K the
     # 1.2 MB all-reduce goes in 19 pieces under one fence.
@@ -75,6 +80,7 @@ def test_fake_mps_pools_buffers_and_batches_copies(piece):
 
 
 @pytest.mark.parametrize("mode", ["shared", "private"])
+@pytest.mark.slow
 def test_fake_mps_in_pieces(mode):
     # Large all-reduces in 1 KiB pieces (strided tensors through a contiguous
     # copy, copied back by the CPU in Shared storage).
@@ -151,6 +157,7 @@ mps = pytest.mark.skipif(not torch.backends.mps.is_available(),
 
 @mps
 @pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.slow
 def test_real_mps_staging_and_ddp(world):
     run_workers("device_staging.py", world, "mps", timeout=300)
 

@@ -19,7 +19,8 @@ from conftest import run_workers
 from mccl.netlab import Lab
 
 missing = Lab.requirements(goodput=True)
-pytestmark = pytest.mark.skipif(bool(missing), reason="network lab needs " + " and ".join(missing))
+pytestmark = [pytest.mark.netlab, pytest.mark.slow,
+              pytest.mark.skipif(bool(missing), reason="network lab needs " + " and ".join(missing))]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import pytest
 from conftest import run_workers
 
 
-@pytest.mark.parametrize("world,victim,algo", [(3, 1, ""), (5, 2, "ring")])
+@pytest.mark.parametrize("world,victim,algo", [(3, 1, ""),
+                                               pytest.param(5, 2, "ring", marks=pytest.mark.slow)])
 def test_dead_peer_detected_within_two_seconds(world, victim, algo, tmp_path):
     # With the ring forced, ranks 0 and 4 never connect to rank 2: they learn
     # of its death from their neighbours' abort frames.
@@ -20,6 +21,7 @@ def test_dead_peer_detected_within_two_seconds(world, victim, algo, tmp_path):
     print("detection times (ms):", times)
 
 
+@pytest.mark.slow
 def test_silent_peer_fails_at_the_op_timeout(tmp_path):
     outs = run_workers("peer_failure.py", 3, "silent", "2", str(tmp_path / "left_barrier"),
                        expect_exit={2: -9}, timeout=120)

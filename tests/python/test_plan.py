@@ -144,6 +144,7 @@ def test_plan_cli_needs_its_inputs_and_prints_json():
     assert [r["nodes"] for r in out["rows"]] == [24, 100, 200]
 
 
+@pytest.mark.slow
 def test_scaling_bench_feeds_the_plan(tmp_path):
     out, s, printed = scaling(tmp_path, "--ns", "1,2", "--backends", "mccl,gloo", "--preset", "tiny", "--steps",
                               "3", "--warmup", "1", "--batch", "4")
@@ -163,6 +164,7 @@ def test_scaling_bench_feeds_the_plan(tmp_path):
     assert "source of step time and hidden share" in p.stdout
 
 
+@pytest.mark.slow
 def test_scaling_with_emulated_device_time(tmp_path):
     # --emulate-ms adds sleeps in forward and backward: the step takes at
     # least that long; DDP buckets are set by --bucket-mb, the queued device
@@ -197,6 +199,7 @@ def test_bucket_overlap_model():
     assert plan.bucket_exposed(inp, 2, 1e6, 2 / 3, layers=2) == pytest.approx(0.002)
 
 
+@pytest.mark.slow
 def test_validate_reports_prediction_error(tmp_path):
     s = {"bucket_mb": 1e6 / 2**20, "runs": [
         {"world": 1, "backend": "none", "params": 1_000_000, "batch_per_rank": 4, "step_s": 0.012},
@@ -222,6 +225,7 @@ def test_validate_reports_prediction_error(tmp_path):
     assert p.returncode == 2 and "FSDP2 run" in p.stderr and "--bucket-mb" in p.stderr
 
 
+@pytest.mark.slow
 def test_validate_reads_a_real_scaling_run(tmp_path):
     # `mccl plan --validate` on what `mccl-bench scaling --json` really
     # writes (tiny preset at N = 1, 2, 4, local ranks): one row per
@@ -330,6 +334,7 @@ def test_scaling_report_vs_nosync_and_runs_without_a_baseline(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_scaling_report_cli(tmp_path):
     paths = []
     for i, f in enumerate([_scaling_file(0.4, {2: 0.5}, {2: 0.6}), _scaling_file(0.4, {2: 0.44}, {2: 0.55})]):
@@ -461,6 +466,7 @@ def test_pieces_seconds_refuses_names_mccl_cannot_run():
             plan.pieces_seconds([4 << 20] * 3, names, 24, model, 2)
 
 
+@pytest.mark.slow
 def test_validate_collectives_cli(tmp_path):
     from pathlib import Path
     f = Path(__file__).resolve().parents[2] / "docs" / "data" / "scale_n24_h200.json"

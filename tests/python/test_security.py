@@ -20,6 +20,7 @@ def _secret(path):
     return out
 
 
+@pytest.mark.slow
 def test_mccl_secret_writes_a_private_file_and_never_overwrites(tmp_path):
     path = tmp_path / "job.secret"
     out = _secret(path)
@@ -39,13 +40,14 @@ def test_mccl_secret_writes_a_private_file_and_never_overwrites(tmp_path):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_keyed_job_runs_collectives_and_subgroups(tmp_path, world):
     path = tmp_path / "job.secret"
     _secret(path)
     run_workers("secret.py", world, "same", str(path))
 
 
+@pytest.mark.slow
 def test_ranks_with_different_secrets_fail_fast_naming_the_setting(tmp_path):
     a, b = tmp_path / "a.secret", tmp_path / "b.secret"
     _secret(a)
@@ -53,12 +55,14 @@ def test_ranks_with_different_secrets_fail_fast_naming_the_setting(tmp_path):
     run_workers("secret.py", 3, "mismatch", str(a), str(b))
 
 
+@pytest.mark.slow
 def test_a_rank_with_other_wire_settings_is_refused_at_init(tmp_path):
     path = tmp_path / "job.secret"
     _secret(path)
     run_workers("secret.py", 3, "chunk", str(path))
 
 
+@pytest.mark.slow
 def test_a_secret_file_others_can_read_is_refused(tmp_path):
     path = tmp_path / "job.secret"
     _secret(path)

@@ -20,6 +20,7 @@ def selftest(*args, env=None, timeout=600):
     return p.returncode, p.stdout + p.stderr
 
 
+@pytest.mark.slow
 def test_selftest_on_cpu_passes_and_reports():
     rc, out = selftest("--ranks", "2,3", "--quick")
     assert rc == 0, out
@@ -30,6 +31,7 @@ def test_selftest_on_cpu_passes_and_reports():
         assert needle in out, (needle, out[-3000:])
 
 
+@pytest.mark.slow
 def test_selftest_through_the_fake_metal_port():
     # Private storage: every byte through queued blits into pooled buffers.
     rc, out = selftest("--ranks", "3", "--quick",
@@ -45,6 +47,7 @@ def test_selftest_through_the_fake_metal_port():
 
 @pytest.mark.parametrize("fault,check", [("all_reduce", "all_reduce float32"),
                                          ("trap", "trap: kernel writes the input")])
+@pytest.mark.slow
 def test_selftest_fails_on_a_wrong_result(fault, check):
     rc, out = selftest("--ranks", "3", "--quick", env={"MCCL_SELFTEST_BREAK": fault})
     assert rc == 1, out

@@ -6,6 +6,8 @@ import torch.distributed as dist
 
 from conftest import run_workers
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.skipif(not hasattr(dist, "shrink_group"), reason="this torch has no shrink_group (2.10+)")
 def test_shrink_group_default_and_abort():

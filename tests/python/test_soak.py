@@ -4,7 +4,11 @@ resident memory. scripts/soak.sh runs a longer one."""
 
 import re
 
+import pytest
+
 from conftest import run_workers
+
+pytestmark = pytest.mark.slow
 
 
 def test_twenty_thousand_mixed_collectives_leak_nothing():

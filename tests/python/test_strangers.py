@@ -4,7 +4,11 @@ logged, the job's results stay exact and no descriptor leaks."""
 
 import re
 
+import pytest
+
 from conftest import run_workers
+
+pytestmark = pytest.mark.slow
 
 
 def test_flood_of_strangers_does_not_break_a_running_job():

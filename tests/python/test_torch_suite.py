@@ -15,8 +15,9 @@ SUITE = Path(__file__).resolve().parents[1] / "torch_suite" / "run.py"
 
 # torch 2.5's copy of the suite does not collect under pytest ("'TestDistBackend'
 # object has no attribute 'runTest'"); it runs from torch 2.13 (2.6-2.12 not tried).
-pytestmark = pytest.mark.skipif(torch.torch_version.TorchVersion(torch.__version__) < (2, 6),
-                                reason="torch 2.5's DistributedTest harness does not collect under pytest")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(torch.torch_version.TorchVersion(torch.__version__) < (2, 6),
+                                 reason="torch 2.5's DistributedTest harness does not collect under pytest")]
 
 
 def run_suite(tmp_path, *args, timeout=1500):

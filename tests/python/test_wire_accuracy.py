@@ -11,6 +11,7 @@ from mccl.bench.wire_accuracy import bf16_hook_ring, errors, gradients, mccl_wir
 
 
 @pytest.mark.parametrize("world", [3, 5])
+@pytest.mark.slow
 def test_simulation_is_bit_exact_against_real_all_reduces(world):
     run_workers("wire_accuracy.py", world, timeout=240)
 

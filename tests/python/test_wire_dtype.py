@@ -9,15 +9,18 @@ from conftest import run_workers
 
 
 @pytest.mark.parametrize("wire", ["bf16", "fp16"])
+@pytest.mark.slow
 def test_wire_dtype_all_reduce_and_ddp(wire):
     run_workers("wire_dtype.py", 3, env={"MCCL_WIRE_DTYPE": wire, "MCCL_WIRE_DTYPE_MIN_BYTES": "0"},
                 timeout=240)
 
 
+@pytest.mark.slow
 def test_wire_dtype_per_group_and_the_ddp_hook():
     run_workers("wire_hook.py", 3, timeout=240)
 
 
+@pytest.mark.slow
 def test_int8_allreduce_and_hook_with_error_feedback():
     run_workers("int8_hook.py", 3, timeout=240)
 

@@ -2,8 +2,8 @@
 all), after ``pip install``. It prints a report to paste into an issue and
 exits non-zero on any failure.
 
-- versions: OS, chip, Python, torch, MCCL, whether the Metal port was
-  compiled in, which devices torch sees;
+- versions: OS, chip, Python, torch, MCCL and the torch it was built for,
+  whether the Metal port was compiled in, which devices torch sees;
 - every collective on the device's tensors (MPS on a Mac, else CUDA, else
   CPU) at 2 and 4 local ranks, for every dtype the device has, against exact
   references computed on the CPU; counts 0, 1 and primes; several roots;
@@ -52,6 +52,14 @@ def _chip() -> str:
     return platform.processor() or "unknown"
 
 
+def _built_for(b: dict) -> str:
+    """The torch (and ABI, platform, Python) this mccl was compiled for."""
+    if not b:
+        return "unknown (no build record)"
+    return (f"torch {b['torch']} (CUDA {b['torch_cuda'] or 'none'}, C++11 ABI {b['cxx11_abi']}), "
+            f"{b['platform']}, Python {b['python']}")
+
+
 def versions() -> dict:
     import torch
 
@@ -64,6 +72,7 @@ def versions() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "mccl": mccl.__version__,
+        "mccl_built_for": _built_for(mccl.build_info()),
         "metal_port_compiled": bool(mccl._C._metal_compiled()),
         "mps_built": torch.backends.mps.is_built(),
         "mps_available": torch.backends.mps.is_available(),
