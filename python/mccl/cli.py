@@ -189,6 +189,8 @@ def _elastic(a) -> int:
         return 2
     if a.action == "end":
         return admin.end(a.store, a.job, a.at_step)
+    if a.action == "resume":
+        return admin.resume(a.store, a.job, a.checkpoint_dir)
     return getattr(admin, a.action)(a.store, a.job)
 
 
@@ -369,6 +371,9 @@ def parser() -> argparse.ArgumentParser:
             x.add_argument("--json", action="store_true", help="the fleet as the page's JSON (/api/fleet)")
         if name == "end":
             x.add_argument("--at-step", type=int, default=None, help="the step to end at (default: the next)")
+        if name == "resume":
+            x.add_argument("--checkpoint-dir", help="the job's checkpoint folder: resume from its newest checkpoint "
+                                                    "when the store holds no record of the job")
 
     ag = sub.add_parser("agent", help="lend this machine to the fleet while its person is away")
     ags = ag.add_subparsers(dest="action", required=True)

@@ -173,6 +173,59 @@ def test_a_writer_that_dies_midway_blocks_no_later_generation():
     del master
 
 
+def test_the_request_counter_is_raised_once_whoever_raises_it():
+    # Every member re-seeds a store that restarted empty: the counter ends at
+    # the requests handled, not at a multiple of them, and a request made
+    # after that gets the next number.
+    master, port = _store()
+    errors = []
+
+    def reseed():
+        try:
+            _members(port, "ctr").raise_counter("joinseq", 7)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reseed) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    m = _members(port, "ctr")
+    assert not errors and m.requests() == 7
+    assert m.register(JoinRequest("late")) == 8
+    m.raise_counter("joinseq", 3)  # never lowers it
+    assert m.requests() == 8
+    del master
+
+
+def test_a_member_cut_off_while_the_job_went_on_stops_at_its_next_boundary(monkeypatch):
+    # The job's store holds a generation after this member's that does not
+    # list it (others resumed the job while it was cut off): its watcher
+    # flags it once that has lasted longer than any change takes.
+    import mccl.elastic.watcher as watcher_module
+    master, port = _store()
+    monkeypatch.setattr(watcher_module, "FENCE_MIN_S", 0.3)
+    job = elastic.Job(f"127.0.0.1:{port}", "fence", member_id="old", timeout_s=0.3)
+    try:
+        m = _members(port, "fence")
+        rec = _gen(["old", "b"], 2, "start")
+        m.publish(0, rec)
+        job._move_to(0, rec)
+        w = watcher_module.Watcher(job)
+        w._fence(0, w.members)
+        assert not job._fenced  # no newer generation
+        m.publish(1, _gen(["b", "new"], 3, "resume"))
+        w._fence(0, w.members)
+        assert not job._fenced  # just seen: a change may be under way
+        time.sleep(0.4)
+        w._fence(0, w.members)
+        assert job._fenced
+    finally:
+        job.close()
+        del master
+
+
 def test_joiners_that_stop_waiting_are_not_admitted():
     master, port = _store()
     m = _members(port, "hb")
@@ -680,7 +733,7 @@ from mccl.elastic.records import Cause, Generation
 # sometimes is when a job's process exits.
 watcher_module.time = types.SimpleNamespace(sleep=lambda s: None, monotonic=time.monotonic)
 job = Job(sys.argv[1], job_id="exit")
-job.generation, job.record = 0, Generation(members=(job.id,), admitted=1, cause=Cause.START)
+job._move_to(0, Generation(members=(job.id,), admitted=1, cause=Cause.START))
 job._watch()
 time.sleep(0.2)
 print("exiting", flush=True)

@@ -100,6 +100,16 @@ def test_the_dead_are_decided_once_every_rank_is_accounted_for_or_the_grace_is_o
     assert decisions.dead_set(a) is None and decisions.dead_set(acct(**{**a.__dict__, "elapsed_s": 0.3})) == [3]
 
 
+def test_a_rank_proven_alive_is_waited_for_past_the_grace():
+    # Rank 3 has not checked in but its beacon answers (it is inside a long
+    # step): it is not taken for dead after the crash grace, only after the
+    # longer alive grace.
+    a = acct(seen_dead=frozenset({2}), elapsed_s=1.5, beacon_alive=frozenset({3}), alive_grace_s=60.0)
+    assert decisions.dead_set(a) is None
+    assert decisions.dead_set(acct(**{**a.__dict__, "alive": frozenset({0, 1, 3})})) == [2]
+    assert decisions.dead_set(acct(**{**a.__dict__, "elapsed_s": 60.0})) == [2, 3]
+
+
 def test_newcomers_alone_wait_for_a_holder_of_the_state():
     a = acct(alive=frozenset({2}), elapsed_s=5.0, holders=False, holder_s=20.0)
     assert decisions.dead_set(a) is None
@@ -148,6 +158,16 @@ def look(**kw):
     # An empty store younger than the re-seed window: living members may yet write the job back.
     (look(store_age_s=1.0, may_create=True), Verdict.WAIT),
     (look(store_age_s=1.0, checkpoint=True), Verdict.WAIT),
+    # Young by its own clock (under a minute): this process must also have seen it empty for the
+    # window on its own clock (a skewed store clock cannot shorten the fence)...
+    (look(store_age_s=30.0, empty_for_s=1.0, may_create=True), Verdict.WAIT),
+    (look(store_age_s=30.0, empty_for_s=5.0, may_create=True), Verdict.FOUND),
+    # ...which a store up for long does not need.
+    (look(store_age_s=3600.0, empty_for_s=0.0, may_create=True), Verdict.FOUND),
+    # A store that lost the job's end or stop: the checkpoint folder still tells.
+    (look(checkpoint=True, checkpoint_kind="final"), Verdict.FINISHED),
+    (look(checkpoint=True, checkpoint_kind="stopped"), Verdict.STOPPED),
+    (look(checkpoint=True, checkpoint_kind="dormant"), Verdict.RESUME),
     # Then: the job's checkpoint makes it resumable (never founded afresh), even for a creator.
     (look(checkpoint=True, may_create=True), Verdict.RESUME),
     (look(created=True), Verdict.FOUND),

@@ -368,3 +368,65 @@ def test_an_unreadable_sample_stops_the_job_then_resumes_skipping_it(tmp_path):
     finally:
         fleet.kill_all()
         del master
+
+
+def test_a_joiner_asked_to_leave_before_it_is_admitted_just_goes(tmp_path):
+    # Its person comes back while it waits for admission (no member is
+    # there to admit it: the job sleeps in a checkpoint folder that is not
+    # mounted here): it leaves at once, exit 0, instead of being admitted
+    # and then killed by its agent mid-transfer.
+    master, port = _store()
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    try:
+        fleet.start(initial=2)
+        fleet.start(initial=2)
+        fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 3)
+        for i in range(2):
+            os.killpg(fleet.procs[i].pid, signal.SIGSTOP)  # the members freeze: nobody admits anyone
+        j = fleet.start()
+        fleet.wait_for("the joiner's request", lambda: _members(port).requests() >= 3)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        fleet.procs[j].send_signal(signal.SIGTERM)
+        assert fleet.procs[j].wait(30) == 0, fleet.text(j)
+        assert "LEFT" in fleet.text(j) and time.monotonic() - t0 < 10, fleet.text(j)
+        for i in range(2):
+            os.killpg(fleet.procs[i].pid, signal.SIGCONT)
+        stop = max(fleet.commits()) + 5
+        _members(port).request_end(stop)
+        ends_as_replayed(fleet, tmp_path, [0, 1], stop)
+    finally:
+        fleet.kill_all()
+        del master
+
+
+def test_the_store_restarts_while_the_job_is_dormant_and_the_next_member_resumes(tmp_path):
+    # Dawn: the job is dormant; then the coordinator reboots, empty. The next
+    # evening's first member, not told to create anything, finds no record
+    # in the store but the job's checkpoint in its folder: it waits the
+    # re-seed window (no living member writes the job back) and resumes it
+    # at the step the fleet left, never from step 0.
+    server = StoreServer().start()
+    ckpt = tmp_path / "ckpt"
+    fleet = Fleet(server.address, tmp_path, extra=["--checkpoint-dir", str(ckpt)])
+    try:
+        fleet.start(initial=2)
+        fleet.start(initial=2)
+        fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 8)
+        for p in fleet.procs:
+            p.send_signal(signal.SIGTERM)
+        fleet.wait_for("dawn", lambda: all(p.poll() is not None for p in fleet.procs))
+        fleet.assert_ok([0, 1])
+        left_at = max(fleet.commits()) + 1
+        server.kill()
+        server.start()
+        dusk = fleet.start()
+        fleet.wait_for("the resume", lambda: "COMMIT" in fleet.text(dusk), 90)
+        assert re.search(rf"resumed at step {left_at} from", fleet.text(dusk)), fleet.text(dusk)
+        assert "came up moments ago" in fleet.text(dusk)  # it waited the re-seed window first
+        stop = max(fleet.commits()) + 5
+        _members(server.port).request_end(stop)
+        ends_as_replayed(fleet, tmp_path, [dusk], stop)
+    finally:
+        fleet.kill_all()
+        server.kill()

@@ -1,8 +1,9 @@
 """The idle agent: starts the fleet's worker when this machine qualifies
 (policy.py) and makes it leave the moment its person returns.
 
-Leaving is fast and unconditional: SIGTERM asks the worker to leave at its
-next step boundary (mccl.elastic.Job.leave_on_signals), and after
+Leaving is fast and unconditional: SIGTERM (to the worker's process only,
+not its data loader's workers) asks the worker to leave at its next step
+boundary (mccl.elastic.Job.leave_on_signals), and after
 ``leave_deadline_s`` (default 5 s) the whole process group is killed. A
 worker that exits on its own is started again when the machine still
 qualifies, after a back-off that doubles per failure (10 s to 5 min). On
@@ -89,7 +90,10 @@ class Agent:
         self._say("stopping", reason)
         self._event(f"asking the worker to leave: {reason}")
         try:
-            os.killpg(p.pid, signal.SIGTERM)
+            # The worker alone: its data loader's worker processes share its
+            # process group, and a SIGTERM to them makes its step fail instead
+            # of leaving at the boundary. The deadline's SIGKILL takes them all.
+            os.kill(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:

@@ -154,11 +154,15 @@ def parser() -> argparse.ArgumentParser:
     el.add_argument("--anchor-timeout-s", type=float, default=600.0,
                     help="give up on a torchrun phase after this long (the error shows each host's log)")
     el.add_argument("--json", help="write every run's figures here")
+    el.add_argument("--checkpoint-every-s", type=float, default=0.0,
+                    help="members get a checkpoint folder and rank 0 saves in the background this often: "
+                         "the stall of a save, against the step")
     el.add_argument("--week", action="store_true",
                     help="instead: a week of nights (dusk, churn, dawn; a store fault mid-week), one member per "
                          "host of --netlab (or --hosts here)")
     el.add_argument("--store", choices=["tcp", "etcd"], default="tcp",
-                    help="--week: the job's store (etcd: a 3-node cluster on this machine, its leader killed)")
+                    help="the job's store: `mccl elastic serve` on host 0, or a 3-node etcd cluster on hosts 0-2 "
+                         "(--week kills its leader mid-week)")
     el.add_argument("--nights", type=int, default=7)
     el.add_argument("--hosts", type=int, default=6, help="--week without --netlab: members on this machine")
     el.add_argument("--outage-s", type=float, default=60.0, help="--week --store tcp: how long the store is down")

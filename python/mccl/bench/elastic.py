@@ -38,9 +38,31 @@ class Run:
         self.lines: list[list[dict]] = []
         self.store_proc = None
         self._master = None
+        self.etcd = None
+        import tempfile
+        self.logs = tempfile.mkdtemp(prefix="mccl-bench-elastic-")
 
     def start_store(self) -> str:
+        """The job's store: `mccl elastic serve` on host 0 (here: a TCPStore in
+        this process), or with --store etcd a 3-node etcd cluster on hosts
+        0-2 (here: on 127.0.0.1)."""
         import torch.distributed as dist
+        if getattr(self.args, "store", "tcp") == "etcd":
+            import tempfile
+            from pathlib import Path
+
+            from .etcd_cluster import EtcdCluster
+            base = Path(tempfile.mkdtemp(prefix="mccl-etcd-"))
+            if self.lab is not None:
+                if len(self.lab.hosts) < 3:
+                    raise SystemExit("mccl-bench elastic --store etcd on a lab needs 3 hosts for etcd's nodes")
+                self.etcd = EtcdCluster(base, hosts=[self.lab.hosts[i].address for i in range(3)],
+                                        prefix=self.lab.prefix)
+            else:
+                self.etcd = EtcdCluster(base)
+            self.etcd.start()
+            self.etcd.wait_leader(60)
+            return self.etcd.url(f"/{self.args.job}/")
         port = 29400 + (os.getpid() % 1000)
         if self.lab is None:
             self._master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
@@ -62,8 +84,11 @@ class Run:
         if self.lab is not None:
             cmd = self.lab.prefix(host) + cmd
             env.update(self.lab.rank_env(host))
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                             start_new_session=True)
+        # Each member's log (its stderr: mccl.elastic's lines) beside the run,
+        # for when a figure needs explaining.
+        with open(os.path.join(self.logs, f"member{len(self.procs)}-h{host}.log"), "w") as err:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                 start_new_session=True)
         self.procs.append(p)
         self.lines.append([])
         os.set_blocking(p.stdout.fileno(), False)
@@ -120,16 +145,24 @@ class Run:
                     pass
         if self.store_proc is not None:
             self.store_proc.kill()
+        if self.etcd is not None:
+            self.etcd.stop()
 
 
 def one_run(args, lab, goodput_GBps: float | None) -> dict:
     r = Run(args, lab)
+    print(f"# member logs: {r.logs}", flush=True)
     try:
         store = r.start_store()
         setter = r.setter(store)
-        members = [r.start_member(store, h) for h in range(args.initial)]
+        saves = []
+        if args.checkpoint_every_s:
+            import tempfile
+            saves = ["--checkpoint-dir", tempfile.mkdtemp(prefix="mccl-bench-ckpt-"),
+                     "--checkpoint-every-s", str(args.checkpoint_every_s)]
+        members = [r.start_member(store, h, saves) for h in range(args.initial)]
         r.wait("the first generation", lambda: r.max_step() >= args.stable_steps)
-        r.start_member(store, args.initial)
+        r.start_member(store, args.initial, saves)
         r.wait("the join", lambda: r.world() == args.initial + 1)
         time.sleep(3 * args.step_ms / 1000)
         r.procs[members[1]].send_signal(signal.SIGTERM)
@@ -167,6 +200,9 @@ def one_run(args, lab, goodput_GBps: float | None) -> dict:
             "crash_steps_lost": max(0, before + 1 - first_after["step"]),
             "crash_recovery_stall_s": ch["crash"]["stall_s"],
             "state_bytes": state_bytes,
+            # rank 0's periodic background saves: each one's stall of the loop
+            "save_stall_s": statistics.median(done0["save_stalls_s"]) if done0.get("save_stalls_s") else None,
+            "saves": len(done0.get("save_stalls_s") or []),
         }
         return out
     finally:
@@ -213,6 +249,10 @@ def run(args) -> None:
     print(f"join stall                       {med('join_stall_s') * 1000:9.1f} ms"
           + (f"  (state / goodput: {floor * 1000:.1f} ms)" if floor else ""))
     print(f"graceful leave stall             {med('leave_stall_s') * 1000:9.1f} ms  (0 steps lost)")
+    if med("save_stall_s") is not None:
+        print(f"periodic save (every {args.checkpoint_every_s:g} s)  {med('save_stall_s') * 1000:9.1f} ms stall "
+              f"({100 * med('save_stall_s') / med('step_s'):.2f} % of the step it falls in; "
+              f"{sum(r['saves'] for r in rows)} saves)")
     print(f"crash: death -> next step done   {med('crash_to_next_step_s') * 1000:9.1f} ms  "
           f"(recovery {med('crash_recovery_stall_s') * 1000:.1f} ms; steps lost "
           f"{max(r['crash_steps_lost'] for r in rows)})")

@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     p.add_argument("--create", action="store_true", help="this member may found the job")
     p.add_argument("--checkpoint-dir", default="", help="the job's checkpoint folder (dormancy, resume)")
     p.add_argument("--timeout-s", type=float, default=120.0)
+    p.add_argument("--checkpoint-every-s", type=float, default=300.0,
+                   help="with --checkpoint-dir: rank 0's background saves (their stalls are in the done event)")
     p.add_argument("--params-mb", type=float, default=64.0)
     p.add_argument("--step-ms", type=float, default=300.0)
     p.add_argument("--crash-grace-s", type=float, default=1.0)
@@ -47,7 +49,8 @@ def main(argv=None) -> int:
     data = 1 << 20
     state = elastic.State(net, opt, elastic.ElasticSampler(data, batch=1, seed=0))
     job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=a.crash_grace_s, timeout_s=a.timeout_s,
-                      create=a.initial > 1 or a.create, checkpoint_dir=a.checkpoint_dir or None)
+                      create=a.initial > 1 or a.create, checkpoint_dir=a.checkpoint_dir or None,
+                      checkpoint_every_s=a.checkpoint_every_s)
     job.leave_on_signals()
     x = torch.randn(1, width)
 
@@ -83,7 +86,8 @@ def main(argv=None) -> int:
         emit(ev="excluded", t=time.time())
         return 3
     flush()
-    emit(ev="done", boundary_s=list(job.boundary_s), state_bytes=state.nbytes(), rank=job.rank)
+    emit(ev="done", boundary_s=list(job.boundary_s), state_bytes=state.nbytes(), rank=job.rank,
+         save_stalls_s=list(getattr(job._durable, "stalls", [])))
     import torch.distributed as dist
     dist.destroy_process_group()
     return 0

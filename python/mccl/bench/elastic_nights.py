@@ -3,7 +3,7 @@
 --step-ms of emulated compute), a checkpoint folder, and the store's fault
 in the middle of the week: `--store tcp` kills `mccl elastic serve` and
 starts it again empty after --outage-s (on the lab too); `--store etcd`
-kills the leader of a 3-node etcd cluster on this machine (not on a lab).
+kills the leader of a 3-node etcd cluster (on lab hosts 0-2, or here).
 
 It prints one row per night (dusk: the first member back and training, the
 step it resumed at against the dawn's; each later member's join; the
@@ -58,16 +58,12 @@ def _s(x) -> str:
 def run_week(args, lab) -> None:
     folder = Path(tempfile.mkdtemp(prefix="mccl-week-"))
     r = Run(args, lab)
+    print(f"# member logs: {r.logs}", flush=True)
     serve, cluster, fault = None, None, None
     try:
         if args.store == "etcd":
-            if lab is not None:
-                raise SystemExit("mccl-bench elastic --week --store etcd runs on this machine, not on a lab")
-            from .etcd_cluster import EtcdCluster
-            cluster = EtcdCluster(folder / "etcd")
-            cluster.start()
-            cluster.wait_leader()
-            store = cluster.url(f"/{args.job}/")
+            store = r.start_store()
+            cluster = r.etcd
 
             def kill_leader() -> int:
                 node = cluster.wait_leader()
@@ -92,8 +88,12 @@ def run_week(args, lab) -> None:
             got = r.events("ready", [i])
             return got[0][1]["ready_s"] if got else None
 
+        def max_step() -> int:
+            r.poll()  # the members' latest lines (wait() polls; a plain look must too)
+            return r.max_step()
+
         m = Members(start=lambda h, create: r.start_member(store, h, extra + (["--create"] if create else [])),
-                    proc=lambda i: r.procs[i], world=r.world, max_step=r.max_step,
+                    proc=lambda i: r.procs[i], world=r.world, max_step=max_step,
                     trained=lambda i: bool(r.events("commit", [i])), first_step=first_step,
                     record=setter.latest, wait=lambda what, cond, t: r.wait(what, cond, t),
                     end=setter.end, ready_s=ready_s)
@@ -105,8 +105,8 @@ def run_week(args, lab) -> None:
         print(f"# a week of {args.nights} nights, {hosts} hosts, store {args.store}, {args.params_mb:g} MB model "
               f"({state_mb:.0f} MB of state), {args.step_ms:g} ms emulated step")
         print("# dusk: the first member's process start -> its first step, and its own account (asking to join "
-              "-> the state ready); join: each later member's own account; leave: SIGTERM -> gone and the world "
-              "smaller; crash: kill -9 -> training again without it")
+              "-> the state ready); join: each later member's own account; leave: SIGTERM -> the leaver's process gone; "
+              "crash: kill -9 -> training again without it")
         print(f"{'night':>5} {'dusk first':>10} {'resume':>7} {'resumed at':>10} {'dawn step':>9} {'all in':>7} "
               f"{'join (median)':>13} {'leave':>6} {'crash':>6}")
         for n in nights:
@@ -125,5 +125,3 @@ def run_week(args, lab) -> None:
         r.close()
         if serve is not None:
             serve.kill()
-        if cluster is not None:
-            cluster.stop()

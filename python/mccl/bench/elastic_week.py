@@ -24,6 +24,7 @@ the members (a Fleet of the tests, or the bench's Run) through `Members`.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -72,7 +73,7 @@ class Night:
     dawn_step: int = -1             # the step the job was dormant at
     dusk_s: float = 0.0             # first start -> every host training
     join_s: list = field(default_factory=list)     # each later member: asking to join -> its state ready
-    leave_s: float = 0.0            # SIGTERM -> the leaver gone and the world one smaller
+    leave_s: float = 0.0            # SIGTERM -> the leaver's process gone (its agent's deadline: 5 s)
     crash_s: float = 0.0            # kill -9 -> the world one smaller, training again
     fault: dict = field(default_factory=dict)
 
@@ -114,9 +115,9 @@ def week(m: Members, hosts: int, nights: int = 7, fault: StoreFault | None = Non
         # churn: a leave, a crash, both back
         ts = _now()
         m.proc(ids[1]).send_signal(signal.SIGTERM)
-        m.wait(f"night {k + 1}: the leave", lambda: m.world() == hosts - 1 and m.proc(ids[1]).poll() is not None,
-               timeout)
+        m.wait(f"night {k + 1}: the leaver gone", lambda: m.proc(ids[1]).poll() is not None, timeout)
         n.leave_s = _now() - ts
+        m.wait(f"night {k + 1}: the leave", lambda: m.world() == hosts - 1, timeout)
         m.expect_exit(ids[2])
         before = m.max_step()
         ts = _now()
@@ -148,6 +149,15 @@ def week(m: Members, hosts: int, nights: int = 7, fault: StoreFault | None = Non
     return out
 
 
+def _members_in(m: Members) -> int:
+    """Members of the store's newest generation (0 while it is not readable)."""
+    try:
+        rec = m.record()
+    except Exception:  # noqa: BLE001 - the store is coming back: not yet
+        return 0
+    return len(rec.members) if rec is not None else 0
+
+
 def _fault(m: Members, fault: StoreFault, ids: dict, hosts: int, outage_s: float, timeout: float, k: int) -> dict:
     """The store fails. TCPStore: a member leaves first (its Mac's person
     came back), the store is killed, another Mac arrives during the outage
@@ -167,21 +177,28 @@ def _fault(m: Members, fault: StoreFault, ids: dict, hosts: int, outage_s: float
         at_return = m.max_step()
         fault.start()
         back = _now()
-        m.wait(f"night {k + 1}: the joiner after the store's return",
+        m.wait(f"night {k + 1}: the joiner admitted after the store's return",
+               lambda: _members_in(m) == hosts, timeout)
+        admitted = _now() - back
+        m.wait(f"night {k + 1}: the joiner training after the store's return",
                lambda: m.trained(i) and m.world() == hosts, timeout)
         return {"kind": "tcp", "outage_s": round(back - t0, 2), "steps_during_outage": at_return - at_fault,
+                "joiner_admitted_after_return_s": round(admitted, 2),
                 "joiner_trained_after_return_s": round(_now() - back, 2)}
     t0 = _now()
     node = fault.kill_leader()
+    election: list[float] = []
+    if fault.wait_leader is not None:  # timed beside the leave and the join, which happen meanwhile
+        watcher = threading.Thread(target=lambda: (fault.wait_leader(), election.append(_now() - t0)), daemon=True)
+        watcher.start()
     t_leave = _now()
     m.proc(ids[h]).send_signal(signal.SIGTERM)
     m.wait(f"night {k + 1}: the leave during the election", lambda: m.proc(ids[h]).poll() is not None, timeout)
     left_s = _now() - t_leave
     ids[h] = i = m.start(h, False)  # its agent starts it again: a joiner during the election
-    election_s = None
     if fault.wait_leader is not None:
-        fault.wait_leader()
-        election_s = _now() - t0
+        watcher.join(timeout)
+    election_s = election[0] if election else None
     m.wait(f"night {k + 1}: the joiner during the election", lambda: m.trained(i) and m.world() == hosts, timeout)
     ready = m.ready_s(i)
     fault.restart(node)

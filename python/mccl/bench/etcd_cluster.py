@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -48,14 +49,25 @@ def _free_ports(n: int) -> list[int]:
 
 class EtcdCluster:
     """``n`` etcd members; elections take about 1-2 s (heartbeat 100 ms,
-    election timeout 1000 ms)."""
+    election timeout 1000 ms). By default every node runs here on
+    127.0.0.1; with `hosts` (one address each) and `prefix` (the command
+    that runs a program on host i, e.g. a network lab's ``ip netns exec``)
+    node i runs on host i, on etcd's usual ports."""
 
-    def __init__(self, base: Path, n: int = 3, heartbeat_ms: int = 100, election_ms: int = 1000):
+    def __init__(self, base: Path, n: int = 3, heartbeat_ms: int = 100, election_ms: int = 1000,
+                 hosts: list[str] | None = None, prefix=None):
         if ETCD is None:
             raise RuntimeError("etcd_cluster: no `etcd` binary on PATH (apt-get install etcd-server)")
+        if hosts is not None and len(hosts) != n:
+            raise ValueError(f"etcd_cluster: {n} nodes need {n} hosts, got {hosts}")
         self.base = Path(base)
-        ports = _free_ports(2 * n)
-        self.client_ports, self.peer_ports = ports[:n], ports[n:]
+        self.hosts = list(hosts) if hosts is not None else ["127.0.0.1"] * n
+        self.prefix = prefix or (lambda i: [])
+        if hosts is None:
+            ports = _free_ports(2 * n)
+            self.client_ports, self.peer_ports = ports[:n], ports[n:]
+        else:
+            self.client_ports, self.peer_ports = [2379] * n, [2380] * n
         self.names = [f"n{i}" for i in range(n)]
         self.timing = [f"--heartbeat-interval={heartbeat_ms}", f"--election-timeout={election_ms}"]
         self.token = f"mccl-test-{uuid.uuid4().hex[:8]}"
@@ -63,14 +75,14 @@ class EtcdCluster:
 
     @property
     def endpoints(self) -> list[str]:
-        return [f"127.0.0.1:{p}" for p in self.client_ports]
+        return [f"{h}:{p}" for h, p in zip(self.hosts, self.client_ports)]
 
     def url(self, prefix: str = "") -> str:
         return "etcd://" + ",".join(self.endpoints) + prefix
 
     def _argv(self, i: int) -> list[str]:
-        c, p = f"http://127.0.0.1:{self.client_ports[i]}", f"http://127.0.0.1:{self.peer_ports[i]}"
-        cluster = ",".join(f"{nm}=http://127.0.0.1:{pp}" for nm, pp in zip(self.names, self.peer_ports))
+        c, p = f"http://{self.hosts[i]}:{self.client_ports[i]}", f"http://{self.hosts[i]}:{self.peer_ports[i]}"
+        cluster = ",".join(f"{nm}=http://{h}:{pp}" for nm, h, pp in zip(self.names, self.hosts, self.peer_ports))
         return [ETCD, f"--name={self.names[i]}", f"--data-dir={self.base / self.names[i]}",
                 f"--listen-client-urls={c}", f"--advertise-client-urls={c}",
                 f"--listen-peer-urls={p}", f"--initial-advertise-peer-urls={p}",
@@ -83,7 +95,7 @@ class EtcdCluster:
         for j in (range(len(self.names)) if i is None else [i]):
             assert self.procs[j] is None or self.procs[j].poll() is not None, f"node {j} is running"
             log = open(self.base / f"{self.names[j]}.log", "ab")
-            self.procs[j] = subprocess.Popen(DIE_WITH_PARENT + self._argv(j), stdin=subprocess.DEVNULL,
+            self.procs[j] = subprocess.Popen(self.prefix(j) + DIE_WITH_PARENT + self._argv(j), stdin=subprocess.DEVNULL,
                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
 
@@ -102,9 +114,20 @@ class EtcdCluster:
             self.kill(i)
 
     def status(self, i: int, timeout: float = 0.5) -> dict | None:
-        """Node ``i``'s /v3/maintenance/status, or None when it does not answer."""
-        req = urllib.request.Request(f"http://{self.endpoints[i]}/v3/maintenance/status", data=b"{}",
-                                     headers={"Content-Type": "application/json"})
+        """Node ``i``'s /v3/maintenance/status, or None when it does not answer
+        (asked from host i itself when the nodes run under a prefix)."""
+        url = f"http://{self.endpoints[i]}/v3/maintenance/status"
+        if self.prefix(i):
+            code = ("import sys, urllib.request\n"
+                    "r = urllib.request.Request(sys.argv[1], data=b'{}', headers={'Content-Type': 'application/json'})\n"
+                    "print(urllib.request.urlopen(r, timeout=float(sys.argv[2])).read().decode())\n")
+            try:
+                out = subprocess.run(self.prefix(i) + [sys.executable, "-c", code, url, str(timeout)],
+                                     capture_output=True, text=True, timeout=timeout + 10)
+                return json.loads(out.stdout) if out.returncode == 0 else None
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                return None
+        req = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return json.loads(r.read())

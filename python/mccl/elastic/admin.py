@@ -6,8 +6,9 @@
     mccl elastic create --store host:29400 --job vit let the first members found it
     mccl elastic end    --store host:29400 --job vit [--at-step S]
                                                      end it (at step S); a dormant job ends at once
-    mccl elastic resume --store host:29400 --job vit let members take up a stopped (or ended) job
-                                                     from its checkpoint
+    mccl elastic resume --store host:29400 --job vit [--checkpoint-dir DIR]
+                                                     let members take up a stopped (or ended) job
+                                                     from its checkpoint (DIR: when the store lost it)
 
 `--store` takes what Job takes: host:port, tcp://host:port or etcd://h1:2379,...
 Every command prints one line per fact and returns 0, or 1 with the reason
@@ -150,12 +151,15 @@ def end(store: str, job: str, at_step: int | None) -> int:
     return 0
 
 
-def resume(store: str, job: str) -> int:
+def resume(store: str, job: str, checkpoint_dir: str | None = None) -> int:
     try:
         m = _members(store, job)
         n, rec = m.latest_generation()
+        if rec is None and checkpoint_dir:
+            return _resume_from_folder(m, checkpoint_dir)
         if rec is None:
-            return _fail(f"job {job!r} has no generation in the store at {store}")
+            return _fail(f"job {job!r} has no generation in the store at {store} (a store that restarted "
+                         "without it: give --checkpoint-dir to resume from the job's checkpoint folder)")
         if rec.live:
             print(f"job {job!r} is running (generation {n}); nothing to resume")
             return 0
@@ -175,3 +179,22 @@ def resume(store: str, job: str) -> int:
     except StoreAway as e:
         return _fail(str(e))
     return 0
+
+
+def _resume_from_folder(m: Membership, folder: str) -> int:
+    """The store has no record of the job (it restarted while the job was
+    dormant, stopped or ended): a dormant record naming the newest valid
+    checkpoint in `folder`, so that the next member resumes from it."""
+    from .keeping import newest_in
+    ref = newest_in(folder, m.job)
+    if ref is None:
+        return _fail(f"{folder} holds no valid checkpoint of job {m.job!r}")
+    n = max(m.latest(), ref.generation) + 1
+    held = m.publish(n, Generation(members=(), admitted=0, cause=Cause.DORMANT, step=ref.step,
+                                   incarnation=ref.incarnation, signature=ref.signature, checkpoint=ref.name))
+    if held.cause is not Cause.DORMANT or held.checkpoint != ref.name:
+        return _fail(f"job {m.job!r} changed meanwhile ({held.cause.value}); run the command again")
+    print(f"job {m.job!r} is dormant at step {ref.step} (checkpoint {ref.name}, a {ref.kind or 'sharded'} one): "
+          "its next member resumes it")
+    return 0
+

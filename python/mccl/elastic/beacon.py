@@ -139,6 +139,10 @@ class Watch:
                     self._sock.close()
         return False
 
+    def alive(self) -> bool:
+        """Proven there now: it answered with the member's id and has not closed."""
+        return not self.dead() and self._verified and not self._unknown
+
     def close(self) -> None:
         if self._sock is not None:
             try:
@@ -154,15 +158,23 @@ class Watches:
         self._address_of = address_of  # member id -> beacon address ("" unknown)
         self._w: dict[str, Watch] = {}
 
-    def dead(self, member_id: str) -> bool:
+    def _watch(self, member_id: str) -> Watch | None:
         w = self._w.get(member_id)
         if w is None:
             try:
                 addr = self._address_of(member_id)
             except Exception:  # noqa: BLE001 - the store is away: unknown
-                return False
+                return None
             w = self._w[member_id] = Watch(member_id, addr)
-        return w.dead()
+        return w
+
+    def dead(self, member_id: str) -> bool:
+        w = self._watch(member_id)
+        return w is not None and w.dead()
+
+    def alive(self, member_id: str) -> bool:
+        w = self._watch(member_id)
+        return w is not None and w.alive()
 
     def close(self) -> None:
         for w in self._w.values():

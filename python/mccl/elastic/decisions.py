@@ -89,18 +89,24 @@ class Accounting:
     presumed_s: float | None = None  # presumed ranks count as dead after this long
     holders: bool = True    # a rank that holds the job's state has checked in (or the job has none yet)
     holder_s: float = 0.0   # how long to wait for one, past the grace
+    beacon_alive: frozenset = frozenset()  # ranks not checked in whose process is proven there (its beacon)
+    alive_grace_s: float = 0.0  # how long to wait for those (a member busy in a long step sees the failure late)
 
 
 def dead_set(a: Accounting) -> list[int] | None:
     """The dead of a failure once it can be decided (None: wait on). Every
     rank is accounted for (checked in, or seen dead), or the grace is over;
-    and, while the job has state, a rank that holds it has checked in (or
-    `holder_s` is over: joiners alone must not decide that every member is
-    dead)."""
+    a rank whose process is proven alive (its beacon answers) is waited for
+    up to `alive_grace_s` (it may be inside a long step and hear of the
+    failure only at its next collective); and, while the job has state, a
+    rank that holds it has checked in (or `holder_s` is over: joiners alone
+    must not decide that every member is dead)."""
     dead = a.seen_dead - a.alive
     if a.presumed_s is not None and a.elapsed_s >= a.presumed_s:
         dead |= a.presumed - a.alive
     if len(a.alive) + len(dead) < a.world and a.elapsed_s < a.grace_s:
+        return None
+    if (a.beacon_alive - a.alive - dead) and a.elapsed_s < a.alive_grace_s:
         return None
     if not a.holders and a.elapsed_s < a.holder_s:
         return None
@@ -150,17 +156,25 @@ class Verdict(Enum):
     LOST = "lost"            # every member is gone and nothing on disk holds the state
 
 
+# A store whose own clock says it has held keys this long did not just
+# restart: an empty one is a new store (whatever a few seconds of clock skew
+# between its machine and this one make of it).
+TRUSTED_AGE_S = 60.0
+
+
 @dataclass(frozen=True)
 class Outlook:
     """What a process that wants in sees (job.py gathers it)."""
     latest: Generation | None     # the newest generation in the store
     created: bool                 # `mccl elastic create` (or a founder told to) marked the job
     may_create: bool              # this process was told it may found the job
-    checkpoint: bool              # the job's checkpoint folder holds a valid checkpoint
-    store_age_s: float            # how long the store has held keys (since its epoch was written)
+    checkpoint: bool              # the job's checkpoint folder holds a checkpoint
+    store_age_s: float            # how long the store has held keys (its epoch against this machine's clock)
     reseed_s: float               # how long a young store is given for living members to re-seed it
     silent_s: float               # how long the job's heartbeat has not moved
     dead_after_s: float           # silence after which a live generation's members are taken for gone
+    empty_for_s: float = 0.0      # how long this process has seen the store without a record of the job
+    checkpoint_kind: str = ""     # the newest checkpoint's kind ("final", "stopped", "dormant", "periodic")
 
 
 def verdict(o: Outlook) -> tuple[Verdict, str]:
@@ -168,15 +182,22 @@ def verdict(o: Outlook) -> tuple[Verdict, str]:
 
     Founding is fenced: a store that came back empty after a restart while
     the job ran would let a joiner start a second job under the same name;
-    so a process never founds or resumes from an empty store younger than
-    `reseed_s` (the members re-seed it within about a second of its return),
-    never founds a job that has a checkpoint (it resumes it), and founds only
+    so a process never founds or resumes from an empty store that is young
+    (by its own epoch, younger than TRUSTED_AGE_S) before it has itself seen
+    it empty for `reseed_s` on its own clock (the members re-seed it within
+    about a second of its return), never founds a job that has a checkpoint
+    (it resumes it, or hears that it finished or stopped), and founds only
     when told to."""
     g = o.latest
     if g is None:
-        if o.store_age_s < o.reseed_s:
-            return Verdict.WAIT, (f"the store holds no record of the job and is {o.store_age_s:.1f} s old: "
-                                  f"waiting {o.reseed_s:g} s for living members to re-seed it")
+        if o.store_age_s < o.reseed_s or (o.store_age_s < TRUSTED_AGE_S and o.empty_for_s < o.reseed_s):
+            return Verdict.WAIT, ("the store holds no record of the job and came up moments ago: waiting "
+                                  f"{o.reseed_s:g} s for living members to re-seed it")
+        if o.checkpoint and o.checkpoint_kind == "final":
+            return Verdict.FINISHED, "the job finished (its checkpoint folder says so; the store has no record of it)"
+        if o.checkpoint and o.checkpoint_kind == "stopped":
+            return Verdict.STOPPED, ("an error stopped the job (its checkpoint folder says so; the store has no "
+                                     "record of it: `mccl elastic resume --checkpoint-dir DIR` takes it up)")
         if o.checkpoint:
             return Verdict.RESUME, "the store holds no record of the job; its checkpoint folder does"
         if o.created or o.may_create:
@@ -192,7 +213,7 @@ def verdict(o: Outlook) -> tuple[Verdict, str]:
         return Verdict.RESUME, f"the job is dormant at step {g.step}"
     if o.silent_s >= o.dead_after_s:
         if o.checkpoint:
-            return Verdict.RESUME, (f"no member of generation {len(g.members)}-member '{g.cause.value}' was seen "
+            return Verdict.RESUME, (f"no member of the job ({len(g.members)} in its last generation) was seen "
                                     f"alive for {o.silent_s:.0f} s: resuming from the checkpoint")
         return Verdict.LOST, (f"no member was seen alive for {o.silent_s:.0f} s and the job has no checkpoint "
                               "(Job(checkpoint_dir=...) keeps one)")

@@ -184,6 +184,11 @@ class EtcdStore(dist.Store):
             code, msg = err.get("code"), err.get("error") or err.get("message")
         except ValueError:
             code, msg = None, raw[:200].decode(errors="replace")
+        if code == 8 and "space" in str(msg):
+            # Full (the quota, 2 GB by default): no retry cures it.
+            raise dist.DistStoreError(f"{self!r}: etcd {host}:{port}: {msg}: the cluster is full. Compact and "
+                                      "defragment it (etcdctl compact, etcdctl defrag, etcdctl alarm disarm) and run "
+                                      "etcd with --auto-compaction-mode=periodic --auto-compaction-retention=1h")
         if code in _RETRY_CODES or (code is None and resp.status >= 500):
             raise _Retry(f"HTTP {resp.status}: {msg}")
         if resp.status == 404:
@@ -306,6 +311,13 @@ class EtcdStore(dist.Store):
                 raise dist.DistStoreError(f"{self!r}: add({key!r}): the value {cur[:40]!r} is "
                                           "not an integer") from None
             return str(n).encode(), n
+        if int(value) == 0:
+            # A read where the key exists (a counter polled many times a second
+            # must not be a Raft write each time); as TCPStore, it creates an
+            # absent one.
+            cur = self._read([key], self._deadline(), f"add({key!r}, 0)")[0]
+            if cur is not None:
+                return update(cur)[1]
         return self._atomic(key, f"add({key!r})", update)
 
     def compare_set(self, key: str, expected, desired) -> bytes:

@@ -71,6 +71,11 @@ class _Left(Exception):
     on with: it has left (raised out of a recovery; run() returns "left")."""
 
 
+class _Done(Exception):
+    """The job ended while this member was recovering a failure (its END
+    record was written first): run() returns "done"."""
+
+
 class _Regroup(RuntimeError):
     """The generation this process is in (or was about to form) cannot go on
     as it is: recover it with the others it lists (run() treats it as a

@@ -55,7 +55,7 @@ import torch.distributed as dist
 
 from . import signature as sigs
 from .beacon import Beacon, route_address
-from .events import Change, Excluded, JobStopped, Unreadable, _Left, _Regroup
+from .events import Change, Excluded, JobStopped, Unreadable, _Done, _Left, _Regroup
 from .joining import Joining
 from .keeping import Keeping
 from .membership import BeatWatch, Membership
@@ -150,8 +150,10 @@ class Job(Joining, Transitions):
         self.create = create
         self.checkpoint_dir, self.checkpoint_every_s = checkpoint_dir, checkpoint_every_s
         self.reseed_s = reseed_s
-        self.generation = -1
-        self.record: Generation | None = None
+        # (generation, its record): one attribute, so that the watcher thread
+        # never reads a generation with another generation's record.
+        self._current: tuple[int, Generation | None] = (-1, None)
+        self._fenced = False  # the watcher saw the job go on without this member
         self.history: list[Change] = []
         self.skipped: list[int] = []  # samples train_step declared unreadable (Unreadable)
         # Seconds from asking to join to this member's first state being ready (once it is).
@@ -173,6 +175,7 @@ class Job(Joining, Transitions):
         self._sig, self._sig_lines = "", []
         self._durable = Keeping()
         self._alive_seen: bytes | None = None
+        self._empty_since: float | None = None  # when this process first saw the store without the job
         self._alive_changed = time.monotonic()
         self._latest_n = -1
         self._end_at: int | None = None
@@ -189,6 +192,17 @@ class Job(Joining, Transitions):
         self._newcomer = False  # admitted, first state sync not yet done
 
     # ---- membership --------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return self._current[0]
+
+    @property
+    def record(self) -> Generation | None:
+        return self._current[1]
+
+    def _move_to(self, n: int, rec: Generation) -> None:
+        self._current = (n, rec)
+
     @property
     def rank(self) -> int:
         return dist.get_rank()
@@ -283,11 +297,23 @@ class Job(Joining, Transitions):
         checkpoint folder gets the final state); returns "left" after a
         graceful leave, "done" too when the job was ended early (`mccl
         elastic end`). train_step(model, indices) does forward and backward
-        on this member's indices (a list of dataset indices) and returns the
-        loss; it may raise Unreadable for samples it cannot read. Any other
+        on this member's indices (a list of dataset indices; an epoch's last,
+        short step may leave a member none: it must still call backward,
+        e.g. on a zero loss, since DDP reduces on every member) and returns
+        the loss; it may raise Unreadable for samples it cannot read. Any other
         exception it raises stops the job on every member (JobStopped, with
         its traceback, the step and the samples). on_step(job, state, loss),
         if given, runs after each committed step (logging, metrics)."""
+        try:
+            return self._run(state, train_step, steps, on_step)
+        except _Left:
+            return "left"
+        except _Done:
+            return "done"
+        finally:
+            self.close()
+
+    def _run(self, state: State, train_step, steps: int, on_step) -> str:
         self._sampler_batch = state.sampler.batch
         self.steps = steps
         self._know_state(state)
@@ -305,7 +331,7 @@ class Job(Joining, Transitions):
                 if state.step >= target:
                     return self._finish(state)
                 if state.sharded and state.checkpoint_due():
-                    state.save(meta=self._meta())
+                    state.save(meta=dict(self._meta(), kind="periodic"))
                 t_step = time.perf_counter()
                 boundary = self._boundary(state.step)
                 micro = self.micro_batches()
@@ -329,12 +355,25 @@ class Job(Joining, Transitions):
                     self._durable.periodic(state, self._meta)
                 if on_step is not None:
                     on_step(self, state, loss)
+                if self._end_at is not None and state.step >= min(steps, self._end_at):
+                    joiners = 0  # the job ends here: nobody is admitted at its last boundary
                 if leavers or joiners:
                     if self._change(state, leavers, joiners) == "left":
-                        self.close()
                         return "left"
+                if self._fenced:
+                    raise Excluded(f"mccl.elastic: {self.id}: the store holds a generation after {self.generation} "
+                                   "that does not list this member: the job went on without it (it was cut off "
+                                   "from the store for longer than timeout_s)")
                 continue
             except _TrainStepError as e:
+                if self._leave:
+                    # Asked to leave, and its step failed meanwhile (its agent's
+                    # signal reached its data loader's workers too): it leaves
+                    # now; the others recover as from a crash (one step).
+                    log.warning("mccl.elastic: train_step raised while this member was leaving (%r): left",
+                                e.error)
+                    self._drop_group()
+                    return "left"
                 log.error("mccl.elastic: train_step raised on this member at step %d (samples %s): %r",
                           state.step, e.samples, e.error)
                 stop, failure = self._stop_error("train_step", e.error, e.samples), e.error
@@ -346,14 +385,10 @@ class Job(Joining, Transitions):
                 failure = e
             if state.optimizer is not None:
                 state.optimizer.zero_grad(set_to_none=True)
-            try:
-                if stop is not None:
-                    self._recover(state, failure, stop=stop)  # stops the job: raises JobStopped
-                else:
-                    self._recover_until_formed(state, failure)
-            except _Left:
-                self.close()
-                return "left"
+            if stop is not None:
+                self._recover(state, failure, stop=stop)  # stops the job: raises JobStopped
+            else:
+                self._recover_until_formed(state, failure)
 
     def _train(self, model, idx: list[int], micro: int, train_step):
         """This member's forward and backward of the step: micro-batches
@@ -413,20 +448,25 @@ class Job(Joining, Transitions):
     def _finish(self, state) -> str:
         """Every member reached the job's last step (the same boundary on
         all): the job ends; its record says so, at once, to anyone who comes
-        later. The final state goes to the checkpoint folder. The process
-        group stays up for the caller."""
+        later. Rank 0 saves the final state to the checkpoint folder (a
+        sharded state: every rank its shards) and publishes the record
+        naming it; `mccl elastic resume` can take the job up from there. The
+        process group stays up for the caller."""
         t0 = time.monotonic()
         n, rec = self.generation, self.record
+        name = ""
         if self._durable.enabled:
-            self._durable.save_now(state, "final", self._meta())
-        self._publish(n + 1, Generation(members=(), admitted=rec.admitted, cause=Cause.END, step=state.step,
-                                        incarnation=rec.incarnation, signature=rec.signature))
-        # Every member is through (so none of them sees a failure of a group
-        # the others left); the group stays for the caller (a last gather of
-        # a sharded state), which destroys it.
+            try:
+                name = self._durable.save_now(state, "final", self._meta())
+            except Exception as e:  # noqa: BLE001 - the job ends all the same, without a final checkpoint
+                log.error("mccl.elastic: saving the final state failed: %s", e)
+        if self.rank == 0:
+            self._publish(n + 1, Generation(members=(), admitted=rec.admitted, cause=Cause.END, step=state.step,
+                                            incarnation=rec.incarnation, signature=rec.signature, checkpoint=name))
+        # The record is out once this barrier ends (a rank 0 that dies before
+        # writing it fails the barrier: recovered, and finished again).
         dist.barrier()
         self._note(Change(n + 1, "end", 0, left=list(rec.members), stall_s=time.monotonic() - t0, step=state.step))
-        self.close()
         return "done"
 
     @staticmethod
@@ -492,7 +532,7 @@ class Job(Joining, Transitions):
         self._closing = True
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
-            watcher.stop(self.timeout.total_seconds())
+            watcher.stop(2.0)
         self._durable.close()
         self._beacon.close()
 

@@ -19,7 +19,7 @@ import uuid
 
 from . import decisions
 from .decisions import Verdict
-from .events import Change, JobFinished, JobMissing, JobStopped, Refused
+from .events import Change, JobFinished, JobMissing, JobStopped, Refused, _Left
 from .records import Cause, Generation, JoinRequest
 
 log = logging.getLogger("mccl.elastic")
@@ -38,9 +38,23 @@ class Joining:
         if state is not None:
             self._know_state(state)
         said = ""
+        no_ckpt_since = None
         while True:
+            if self._leave:
+                raise _Left()  # its person came back before it was admitted
             o = self._outlook()
             v, why = decisions.verdict(o)
+            if v is Verdict.RESUME and self._durable.latest() is None:
+                # The record says the job sleeps in its checkpoint folder, but
+                # this process sees no valid checkpoint there (a share not
+                # mounted, a folder named differently): wait, then say so.
+                no_ckpt_since = no_ckpt_since or time.monotonic()
+                v, why = Verdict.WAIT, (f"{why}, but {self._durable.where} holds no valid checkpoint of it "
+                                        "(is the share mounted, and checkpoint_dir the same on every member?)")
+                if time.monotonic() - no_ckpt_since > self.timeout.total_seconds():
+                    raise JobMissing(f"mccl.elastic: job {self.members.job!r}: {why}")
+            else:
+                no_ckpt_since = None
             if v in (Verdict.WAIT, Verdict.MISSING):
                 if why != said:
                     log.warning("mccl.elastic: job %r: %s", self.members.job, why)
@@ -63,8 +77,8 @@ class Joining:
                 break
         self._newcomer = True
         # Rank 0 of a founding generation holds the job's state by definition;
-        # rank 0 of a resuming one takes it from the checkpoint (_take_up).
-        self._synced = rec.members[0] == self.id and rec.cause in (Cause.START, Cause.RESUME)
+        # rank 0 of a resuming one once it took it from the checkpoint (_take_up).
+        self._synced = rec.members[0] == self.id and rec.cause is Cause.START
         self._init_group(n, rec)
         self._note(Change(n, rec.cause.value if rec.cause in (Cause.START, Cause.RESUME) else "join",
                           len(rec.members), joined=[self.id], stall_s=time.monotonic() - t0, step=rec.step))
@@ -88,10 +102,20 @@ class Joining:
             except (ValueError, IndexError):
                 pass
         self._latest_n = n
+        if latest is None:
+            self._empty_since = self._empty_since or now
+        else:
+            self._empty_since = None
+        silent = silent if latest is not None and latest.live else 0.0
+        dead_after = self.timeout.total_seconds()
+        # The disk only when it matters (a full verification reads the whole
+        # checkpoint; this reads its manifest).
+        ref = self._durable.exists() if latest is None or not latest.live or silent >= dead_after else None
         return decisions.Outlook(latest=latest, created=m.created() is not None, may_create=self.create,
-                                 checkpoint=self._durable.exists(), store_age_s=age, reseed_s=self.reseed_s,
-                                 silent_s=silent if latest is not None and latest.live else 0.0,
-                                 dead_after_s=self.timeout.total_seconds())
+                                 checkpoint=ref is not None, store_age_s=age, reseed_s=self.reseed_s,
+                                 silent_s=silent, dead_after_s=dead_after,
+                                 empty_for_s=now - self._empty_since if self._empty_since else 0.0,
+                                 checkpoint_kind=ref.kind if ref is not None else "")
 
     def _request(self) -> JoinRequest:
         return JoinRequest(id=self.id, host=socket.gethostname(), pid=self._pid, beacon=self._beacon_address,
@@ -121,12 +145,15 @@ class Joining:
                              incarnation=mark["incarnation"], signature=sig, refused=refused)
             n = 0
         else:
-            ref = self._durable.latest()
+            held = o.latest
+            ref = self._named_checkpoint(held.checkpoint) if held is not None and held.checkpoint else None
+            ref = ref or self._durable.latest()
             if ref is None:  # gone since the outlook (pruned, damaged)
                 return _RECONSIDER
-            held = o.latest
             sig = (held.signature if held is not None else "") or ref.signature
             members, refused = decisions.resumers(live, sig, m.why)
+            if not members and self.id in refused:
+                raise Refused(f"mccl.elastic: {self.id} may not resume job {m.job!r}: {refused[self.id]}")
             rec = Generation(members=tuple(members), admitted=last, cause=Cause.RESUME, step=ref.step,
                              incarnation=(held.incarnation if held is not None else "") or ref.incarnation,
                              signature=sig, refused=refused, checkpoint=ref.name)
@@ -137,6 +164,19 @@ class Joining:
         if members:
             m.publish(n, rec)
         return self._wait_admitted(k)
+
+    def _named_checkpoint(self, name: str, wait_s: float = 5.0):
+        """The checkpoint a record names, waited for a few seconds (a network
+        share's listing may show a new folder late)."""
+        end = time.monotonic() + wait_s
+        while True:
+            ref = self._durable.find(name)
+            if ref is not None or time.monotonic() >= end:
+                if ref is None:
+                    log.warning("mccl.elastic: checkpoint %s, which the job's record names, is not in %s (or "
+                                "not valid); taking the newest valid one", name, self._durable.where)
+                return ref
+            time.sleep(0.5)
 
     def _wait_admitted(self, k: int, poll_s: float = 0.02, beat_s: float = 0.5):
         """Blocks until a generation lists this process (returns (n, record)),
@@ -156,6 +196,8 @@ class Joining:
         next_beat = time.monotonic() + beat_s
         epoch = m.store.epoch
         while True:
+            if self._leave:
+                raise _Left()  # its person came back: it stops asking (its heartbeat stops too)
             n = m.latest()
             while n > seen:
                 seen += 1
@@ -190,7 +232,7 @@ class Joining:
     def _take_up(self, state) -> None:
         """Rank 0 of a resuming generation: the job's state from its checkpoint."""
         rec = self.record
-        ref = self._durable.find(rec.checkpoint) if rec.checkpoint else None
+        ref = self._named_checkpoint(rec.checkpoint) if rec.checkpoint else None
         if ref is None:
             ref = self._durable.latest()
             if ref is None:
@@ -200,6 +242,7 @@ class Joining:
                         rec.checkpoint or "(none named)", ref.name, ref.step)
         t0 = time.monotonic()
         nbytes = self._durable.load(ref, state)
+        self._synced = True
         log.warning("mccl.elastic: job %r resumed at step %d from %s (%.1f MB in %.2f s)", self.members.job,
                     state.step, ref.name, nbytes / 1e6, time.monotonic() - t0)
 

@@ -11,6 +11,7 @@ only in its members, and it ends when the last one leaves.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import time
@@ -29,6 +30,21 @@ class Ref:
     generation: int = -1  # the generation that wrote it
     signature: str = ""
     incarnation: str = ""
+    kind: str = ""        # periodic, dormant, stopped, final
+
+
+def prepared_folder(folder: str) -> str:
+    """`folder`, made if only its last part is missing. A missing parent is an
+    error, not something to create: on a Mac whose share is not mounted,
+    /Volumes/shared would otherwise become an empty local folder."""
+    folder = os.path.abspath(folder)
+    if not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"mccl.elastic: checkpoint_dir {folder}: its parent {parent} does not exist "
+                                    "(is the share mounted?)")
+        os.makedirs(folder, exist_ok=True)
+    return folder
 
 
 class Keeping:
@@ -42,8 +58,10 @@ class Keeping:
             return ShardedKeeping(folder, state) if folder else Keeping()
         return StateKeeping(checkpoint_dir, job_id, every_s) if checkpoint_dir else Keeping()
 
-    def exists(self) -> bool:
-        return self.latest() is not None
+    def exists(self) -> Ref | None:
+        """The newest checkpoint, checked by size only (cheap: what a process
+        deciding whether to resume needs); None if there is none."""
+        return self.latest()
 
     def latest(self) -> Ref | None:
         return None
@@ -72,21 +90,35 @@ class StateKeeping(Keeping):
 
     def __init__(self, folder: str, job_id: str, every_s: float):
         from .durable import BackgroundSaver, Checkpoints
-        self.where = folder
-        os.makedirs(folder, exist_ok=True)
-        self.ckpts = Checkpoints(folder, keep=2, job_id=job_id)
+        self.where = prepared_folder(folder)
+        self.ckpts = Checkpoints(self.where, keep=2, job_id=job_id)
+        self._verified: set[str] = set()  # checkpoints hashed whole once already
         self.saver = BackgroundSaver(self.ckpts)
         self.every_s = every_s
         self._last = time.monotonic()
+        # Seconds each periodic save held the training loop (the snapshot's copy).
+        self.stalls: collections.deque = collections.deque(maxlen=1000)
 
     @staticmethod
     def _ref(r) -> Ref:
         meta = r.meta or {}
         return Ref(name=r.path.name, step=r.step, generation=int(meta.get("generation", -1)),
-                   signature=str(meta.get("signature", "")), incarnation=str(meta.get("incarnation", "")))
+                   signature=str(meta.get("signature", "")), incarnation=str(meta.get("incarnation", "")),
+                   kind=r.kind)
+
+    def _verify(self, r):
+        """Hashes a checkpoint's files once per process (they never change)."""
+        if r.path.name not in self._verified:
+            self.ckpts.verify(r)
+            self._verified.add(r.path.name)
+        return r
+
+    def exists(self) -> Ref | None:
+        r = self.ckpts.latest(verify=False)
+        return self._ref(r) if r is not None else None
 
     def latest(self) -> Ref | None:
-        r = self.ckpts.latest()
+        r = self.ckpts.newest(self._verify)[0]
         return self._ref(r) if r is not None else None
 
     def _raw(self, name: str):
@@ -97,7 +129,7 @@ class StateKeeping(Keeping):
             try:
                 if problem is not None:
                     raise problem
-                return self.ckpts.verify(ref)
+                return self._verify(ref)
             except Exception as e:  # noqa: BLE001 - damaged: the caller falls back to the newest valid one
                 log.warning("mccl.elastic: checkpoint %s is not valid: %s", name, e)
                 return None
@@ -132,7 +164,9 @@ class StateKeeping(Keeping):
         if dist.get_rank() != 0 or time.monotonic() - self._last < self.every_s:
             return
         self._last = time.monotonic()
+        t0 = time.perf_counter()
         self.saver.snapshot_and_save(state.step, state.state_dict(), kind="periodic", meta=meta())
+        self.stalls.append(time.perf_counter() - t0)
 
     def close(self) -> None:
         try:
@@ -165,7 +199,8 @@ class ShardedKeeping(Keeping):
         import torch
         m = torch.load(meta, weights_only=False)
         return Ref(name=name, step=int(m["step"]), generation=int(m.get("generation", -1)),
-                   signature=str(m.get("signature", "")), incarnation=str(m.get("incarnation", "")))
+                   signature=str(m.get("signature", "")), incarnation=str(m.get("incarnation", "")),
+                   kind=str(m.get("kind", "")))
 
     def find(self, name: str) -> Ref | None:
         ref = self.latest()
@@ -173,5 +208,20 @@ class ShardedKeeping(Keeping):
 
     def save_now(self, state, kind: str, meta: dict, writer: bool | None = None) -> str:
         """Collective: every rank writes its shards."""
-        state.save(meta=meta)
+        state.save(meta=dict(meta, kind=kind))
         return f"step-{state.step:09d}"
+
+
+def newest_in(folder: str, job_id: str) -> Ref | None:
+    """The newest valid checkpoint of job `job_id` in `folder`, whichever
+    kind of state wrote it (for `mccl elastic resume --checkpoint-dir`)."""
+    if os.path.exists(os.path.join(folder, "latest")):
+        return ShardedKeeping(folder, _NoState()).latest()
+    if not os.path.isdir(folder):
+        return None
+    return StateKeeping(folder, job_id, 3600.0).latest()
+
+
+class _NoState:
+    checkpoint_dir = None
+

@@ -126,6 +126,17 @@ class Membership:
         self.set_member(req.id, req.beacon, req.host)
         return k
 
+    def raise_counter(self, k: str, at_least: int) -> None:
+        """Counter k (store.add's) to at least `at_least`, atomically: every
+        member may do it at once without overshooting."""
+        key = self.key(k)
+        for _ in range(100):
+            cur = self.store.add(key, 0)
+            if cur >= at_least:
+                return
+            self.store.compare_set(key, str(cur), str(at_least))
+        raise RuntimeError(f"mccl.elastic: could not raise {key} to {at_least}")
+
     def heartbeat(self, k: int) -> None:
         self.set(f"hb/{k}", repr(time.time()))
 
@@ -252,6 +263,9 @@ class Membership:
         and the model's description. Idempotent; every member may run it.
         Returns whether generation n's record was missing."""
         missing = not self.has(f"g/{n}")
+        # The request counter first: a joiner that registers once the record
+        # is back must get a number past the requests already handled.
+        self.raise_counter("joinseq", rec.admitted)
         if missing:
             held = self.publish(n, rec)
             if held != rec:
@@ -262,9 +276,6 @@ class Membership:
                     held.to_json()[:200])
         else:
             self._move_gen(n)
-        cur = self.requests()
-        if cur < rec.admitted:
-            self.store.add(self.key("joinseq"), rec.admitted - cur)
         if rec.incarnation:
             self.store.compare_set(self.key("created"), "", json.dumps({"incarnation": rec.incarnation,
                                                                          "time": time.time()}))
@@ -301,13 +312,15 @@ class Membership:
         raw = self.maybe(k)
         return {int(x) for x in raw.decode().split(",") if x} if raw else set()
 
-    def decide(self, n: int, world: int, grace_s: float, poll_s: float = 0.005, holder_s: float = 0.0,
-               presumed_s: float | None = None, is_dead=None, recheck=None) -> dict:
+    def decide(self, n: int, world: int, grace_s: float, poll_s: float = 0.02, holder_s: float = 0.0,
+               presumed_s: float | None = None, is_dead=None, is_alive=None, alive_grace_s: float = 0.0,
+               recheck=None) -> dict:
         """The dead set of generation n's failure, the same for every survivor
         (decisions.dead_set says when it can be decided). `is_dead(rank)`
         tells whether a rank that has not checked in is proven gone (its
-        beacon); `recheck()` runs again this survivor's check-in after the
-        store came back (it may have lost it)."""
+        beacon), `is_alive(rank)` whether its process is proven there (then
+        it is waited for up to `alive_grace_s`); `recheck()` runs again this
+        survivor's check-in after the store came back (it may have lost it)."""
         start = time.monotonic()
         key = f"rec/{n}/decision"
         epoch = self.store.epoch
@@ -329,10 +342,18 @@ class Membership:
                 if proven:
                     self.note_dead(n, proven)
                     seen |= set(proven)
+            # A rank proven alive is worth waiting for only while nobody has
+            # moved past generation n: once generation n + 1 is written, the
+            # ones that have not checked in are in it (or left) and will
+            # not come here.
+            waitable = is_alive is not None and not self.has(f"g/{n + 1}")
+            there = frozenset(r for r in range(world) if waitable and r not in alive and r not in seen
+                              and is_alive(r))
             elapsed = time.monotonic() - start
             acct = decisions.Accounting(world=world, alive=frozenset(alive), seen_dead=frozenset(seen),
                                         presumed=frozenset(self.ranks(f"rec/{n}/presumed")), elapsed_s=elapsed,
-                                        grace_s=grace_s, presumed_s=presumed_s, holder_s=holder_s)
+                                        grace_s=grace_s, presumed_s=presumed_s, holder_s=holder_s,
+                                        beacon_alive=there, alive_grace_s=alive_grace_s)
             if decisions.dead_set(acct) is not None:
                 # Decidable as far as the dead go: now whether a rank that holds the state is in.
                 steps = {}

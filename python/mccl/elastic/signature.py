@@ -5,7 +5,9 @@ next collective (or, as a founder, imposing its model on the others).
 The description is one line per parameter and buffer (name, dtype, shape,
 trainable or frozen), the optimizer's class and, per parameter group, the
 parameters it holds and its hyperparameter names (not their values: a
-schedule changes those, and the joiner receives them with the state). The
+schedule changes those, and the joiner receives them with the state), the
+sampler's dataset length, batch, seed and shuffle, and the names of the
+`stateful` objects. The
 signature is a short hash of it; the description itself goes to the store
 once per distinct signature, so that a refusal can name the first
 difference.
@@ -57,16 +59,32 @@ def first_difference(mine: list[str], job: list[str]) -> str:
     return "no difference"
 
 
+def of_data(state) -> list[str]:
+    """The data order's settings (a member with another dataset length, batch,
+    seed or shuffle would split the epoch differently: samples seen twice or
+    dropped) and the names of the `stateful` objects the state carries."""
+    s = getattr(state, "sampler", None)
+    lines = []
+    if s is not None:
+        lines.append(f"sampler {type(s).__name__}: {getattr(s, 'dataset_len', '?')} samples, batch "
+                     f"{getattr(s, 'batch', '?')}, seed {getattr(s, 'seed', '?')}, shuffle {getattr(s, 'shuffle', '?')}")
+    names = sorted(getattr(state, "stateful", {}) or {})
+    if names:
+        lines.append(f"stateful {', '.join(names)}")
+    return lines
+
+
 def of_state(state) -> list[str]:
     """The description of an elastic State or ShardedState (whose model is
-    built on the meta device for it, when it has none yet). [] when it
-    cannot be told (then nothing is checked)."""
+    built on the meta device for it, when it has none yet), with its data
+    order's settings. [] when the model cannot be told (then nothing is
+    checked)."""
     if getattr(state, "sharded", False):
         try:
             with torch.device("meta"):
                 model = state.build_model()
                 optimizer = state.build_optimizer(model.parameters())
-            return describe(model, optimizer)
+            return describe(model, optimizer) + of_data(state)
         except Exception:  # noqa: BLE001 - a model that cannot be built on meta: not checked
             return []
-    return describe(state.model, state.optimizer)
+    return describe(state.model, state.optimizer) + of_data(state)

@@ -179,7 +179,18 @@ class ResilientStore:
         pause = 0.05
         while True:
             try:
-                out = fn(self._ensure())
+                client = self._ensure()
+                if end is None or isinstance(client, dist.TCPStore) or not hasattr(client, "set_timeout"):
+                    out = fn(client)
+                else:
+                    # A client that fails over by itself (etcd) would wait for a
+                    # leader up to its own timeout: no longer than the patience.
+                    before = client.timeout
+                    client.set_timeout(timedelta(seconds=max(0.2, end - time.monotonic())))
+                    try:
+                        out = fn(client)
+                    finally:
+                        client.set_timeout(before)
                 if self._failing:
                     self._failing = False
                     self.reachable_since = time.monotonic()
@@ -278,6 +289,9 @@ def connect(store: "str | dist.Store | ResilientStore", timeout: timedelta) -> R
     if "://" in address:
         raise ValueError(f"mccl.elastic: store {store!r}: the scheme is not one of tcp://, etcd://")
     host, port = split_host_port(address)
-    return ResilientStore(lambda: dist.TCPStore(host, port, is_master=False, timeout=timeout,
+    # The client's own timeout bounds one call to a store host that vanished
+    # without a reset (patience then decides whether to try again).
+    own = timedelta(seconds=min(timeout.total_seconds(), 10.0))
+    return ResilientStore(lambda: dist.TCPStore(host, port, is_master=False, timeout=own,
                                                 wait_for_workers=False),
                           f"{host}:{port}", _tcp_probe(host, port), host=host)

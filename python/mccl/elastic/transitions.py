@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from . import decisions
 from .beacon import Watches
-from .events import Change, Excluded, JobStopped, _Left, _Regroup
+from .events import Change, Excluded, JobStopped, _Done, _Left, _Regroup
 from .records import Cause, Generation
 from .store import StoreAway
 
@@ -56,7 +56,8 @@ class Transitions:
         generation whose step boundary led here (a join), which members
         that failed at that boundary are recovering instead."""
         rank = rec.members.index(self.id)
-        self.generation, self.record, self._formed = n, rec, False
+        self._move_to(n, rec)
+        self._formed = False
         # A failed init_process_group leaves torch's group counter raised,
         # which would name this process's next group differently from the
         # others' (another store prefix: they would never meet). With no
@@ -186,7 +187,8 @@ class Transitions:
             # failed (it is recovering generation n) fails this barrier here
             # too, so no one shrinks past it.
             self._barrier(leaving)
-            nxt = self._publish(n + 1, mine)
+            # The ones that stay write it (a leaver need not: it must be quick).
+            nxt = mine if leaving else self._publish(n + 1, mine)
             if nxt != mine:
                 # Members that failed at this boundary recovered generation n
                 # meanwhile: go through that recovery too.
@@ -228,7 +230,7 @@ class Transitions:
             # The joiners counted had stopped waiting (died, gave up) or were
             # refused: the group goes on as it is; the generation records
             # their requests as handled, so they are not counted again.
-            self.generation, self.record = n + 1, nxt
+            self._move_to(n + 1, nxt)
             self._note(Change(n + 1, "pass", self.world, stall_s=time.monotonic() - t0, step=state.step))
             return "unchanged"
         if not joined:
@@ -240,6 +242,8 @@ class Transitions:
                               state_bytes=sent, step=state.step))
             return "shrunk"
         t1 = time.monotonic()
+        if leavers:
+            self._await_leavers(n, leavers)  # leavers out of the old group first (as for a shrink)
         dist.destroy_process_group()
         t2 = time.monotonic()
         self._init_group(n + 1, nxt, after=n)
@@ -316,7 +320,8 @@ class Transitions:
         if hasattr(dist, "shrink_group"):
             c10d = dist.distributed_c10d
             dist.shrink_group(excluded, shrink_flags=c10d.SHRINK_ABORT if abort else c10d.SHRINK_DEFAULT)
-            self.generation, self.record, self._formed = n, nxt, True
+            self._move_to(n, nxt)
+            self._formed = True
         else:
             dist.destroy_process_group()
             self._init_group(n, nxt)
@@ -386,17 +391,19 @@ class Transitions:
         log.warning("mccl.elastic: generation %d %s at step %d: %s", n, "failed" if formed else "did not form",
                     state.step, str(error)[:300])
         m = self.members
-        if stop is not None:
-            m.set_json(f"rec/{n}/error/{rank}", stop)
-            self._drop_group()  # the others' ops with this rank fail now, not at a timeout
+        peers_failed = self._failed_peers() if formed else []
 
         def check_in():
             # -1: this member's state is not the job's yet (a joiner before its
             # first state), so it takes the state of one whose is.
             m.set(f"rec/{n}/step/{rank}", str(state.step if self._synced else -1))
             m.set(f"rec/{n}/formed/{rank}", "1" if formed else "0")
-            m.check_in(n, rank, self._failed_peers() if formed else [])
+            m.check_in(n, rank, peers_failed)
+        if stop is not None:
+            m.set_json(f"rec/{n}/error/{rank}", stop)
         check_in()
+        if stop is not None:
+            self._drop_group()  # the others' ops with this rank fail now, not at a timeout
         # A group that never formed is seen to fail at each member's own
         # timeout: wait that long for the others (a member proven dead by
         # its beacon is not waited for). And while the job has state
@@ -408,17 +415,24 @@ class Transitions:
         holder_s = 2 * self.timeout.total_seconds() if trained else 0.0
         watches = self._watches()
         try:
+            # A member whose process is there (its beacon answers) but that
+            # has not checked in may be inside a long step: it hears of the
+            # failure at its next collective. It is waited for up to timeout_s.
             d = m.decide(n, world, grace, holder_s=holder_s, presumed_s=self.crash_grace_s,
-                         is_dead=lambda r: watches.dead(old[r]), recheck=check_in)
+                         is_dead=lambda r: watches.dead(old[r]), is_alive=lambda r: watches.alive(old[r]),
+                         alive_grace_s=self.timeout.total_seconds(), recheck=check_in)
         finally:
             watches.close()
         if rank in d["dead"]:
             self._drop_group()
+            nxt = m.generation(n + 1) if m.has(f"g/{n + 1}") else None
+            if nxt is not None and nxt.cause is Cause.END:
+                raise _Done()
             if self._leave:
-                known = m.has(f"g/{n + 1}")
-                self._left_in_recovery(n + 1, m.generation(n + 1) if known else None, state)
+                self._left_in_recovery(n + 1, nxt, state)
             raise Excluded(f"mccl.elastic: {self.id} was left out of generation {n + 1}: the other members "
-                           f"did not hear from it within {grace:g} s of the failure")
+                           f"decided it had failed (they saw its connections fail, or it did not check in "
+                           f"within {grace:g} s of the failure); its agent may start it again to join anew")
         dead = d["dead"]
         steps = {int(r): s for r, s in d["steps"].items()}
         top = max(steps.values())
@@ -434,7 +448,7 @@ class Transitions:
                                    f"state (step {rec.step}); only newcomers survive, and the job has no "
                                    "checkpoint to go on from")
             mine = dataclasses.replace(mine, cause=Cause.RESUME, step=ref.step, checkpoint=ref.name)
-        errors = [e for e in (self._error_of(n, int(r)) for r in d["alive"]) if e]
+        errors = [e for e in (self._error_of(n, r) for r in range(world)) if e]
         if not errors and deterministic(error):
             errors = [self._stop_error("mismatch", error)]
         if not errors and decisions.looping(m.recent(n, decisions_window()), mine, REGROUP_LIMIT):
@@ -449,6 +463,11 @@ class Transitions:
         if nxt.cause is Cause.STOPPED:
             self._drop_group()
             raise self._stopped_error(nxt)
+        if nxt.cause is Cause.END:
+            # The job's last step was committed and the end written before the
+            # failure (a member failed in the final barrier): the job is over.
+            self._drop_group()
+            raise _Done()
         if nxt != mine:
             # A member wrote generation n + 1 before the failure (a join it
             # had decided): its group cannot form as written (one it lists is
@@ -468,7 +487,8 @@ class Transitions:
             presumed = [nxt.members.index(old[r]) for r in dead if old[r] in nxt.members]
             if presumed:
                 m.store.append(m.key(f"rec/{n + 1}/presumed"), "".join(f"{r}," for r in presumed))
-            self.generation, self.record, self._formed = n + 1, nxt, False
+            self._move_to(n + 1, nxt)
+            self._formed = False
             raise _Regroup(f"mccl.elastic: generation {n + 1} ({nxt.cause.value}) was written before the "
                            f"failure of generation {n}; recovering it")
         # Shrink only if every survivor's group formed (one whose rendezvous
@@ -543,12 +563,18 @@ class Transitions:
             held = m.generation(n + 1) if m.has(f"g/{n + 1}") else \
                 self._publish(n + 1, decisions.stopped(rec, max(top, 0), error, "", survivors))
         self._note(Change(n + 1, held.cause.value, 0, step=held.step), history=writer == rec.members.index(self.id))
-        self.generation, self.record = n + 1, held
+        self._move_to(n + 1, held)
         raise self._stopped_error(held)
 
     def _stopped_error(self, rec: Generation) -> JobStopped:
         e = rec.error
-        where = f"checkpoint {rec.checkpoint}" if rec.checkpoint else "no checkpoint (the job has no checkpoint folder)"
+        if rec.checkpoint:
+            where = f"checkpoint {rec.checkpoint}"
+        elif self._durable.enabled:
+            where = (f"no checkpoint of that step (saving it failed, or its writer died; {self._durable.where} "
+                     "holds the newest periodic save)")
+        else:
+            where = "no checkpoint (the job has no checkpoint folder)"
         text = (f"mccl.elastic: job {self.members.job!r} stopped at step {rec.step}: "
                 f"{decisions.describe_error(e)}; the state of step {rec.step} is in {where}. "
                 f"Fix the cause, then `mccl elastic resume --job {self.members.job}`.")

@@ -14,7 +14,10 @@ Every 0.2 s, on its own connection to the store:
   store still holds the member's generation, and writes back what a store
   that restarted empty lost (Membership.reseed);
 - it publishes the member's status for the fleet's status page (rate-limited;
-  the first thing dropped when the store is slow or away).
+  the first thing dropped when the store is slow or away);
+- about every 2 s it looks whether the job went on without this member (a
+  newer generation that does not list it, there for longer than any change
+  takes): then the loop stops at its next boundary.
 
 No store error reaches the training loop from here: a call that fails is
 given up at once (the store's outage is logged once, by store.py) and tried
@@ -33,6 +36,9 @@ from .store import StoreAway
 log = logging.getLogger("mccl.elastic")
 
 TICK_S = 0.2
+# A newer generation without this member, there at least this long (and
+# timeout_s): the job went on without it.
+FENCE_MIN_S = 10.0
 
 
 class Watcher:
@@ -44,6 +50,7 @@ class Watcher:
         self.requests = 0
         self.end_step: int | None = None
         self.reseeds = 0
+        self._newer_since: tuple[int, float] | None = None  # (generation, when g/<n+1> was first seen)
         self._stop = False
         self._epoch = -1
         self._thread = threading.Thread(target=self._loop, name="mccl-elastic-watch", daemon=True)
@@ -74,11 +81,13 @@ class Watcher:
 
     def _tick(self, tick: int) -> None:
         job, m = self.job, self.members
-        n, rec = job.generation, job.record
+        n, rec = job._current
         rank = rec.members.index(job.id) if rec is not None and job.id in rec.members else -1
         if rank < 0 or not rec.live:
             return
         fresh = m.store.epoch != self._epoch
+        if tick % 10 == 0:
+            self._fence(n, m)
         if rank == 0:
             self.requests = m.requests()
             job._beats.observe(m, rec.admitted + 1, self.requests)
@@ -96,3 +105,21 @@ class Watcher:
         if rank == 0:
             self.end_step = m.end_request()
         job._publish_status(m, tick)
+
+    def _fence(self, n: int, m: Membership) -> None:
+        """A generation after this member's that does not list it, there for
+        longer than any change takes: the job went on without it (it was cut
+        off from the store while others resumed the job). The loop stops at
+        its next boundary (Job._fenced)."""
+        newer = m.maybe(f"g/{n + 1}")
+        if newer is None:
+            self._newer_since = None
+            return
+        now = time.monotonic()
+        if self._newer_since is None or self._newer_since[0] != n:
+            self._newer_since = (n, now)
+            return
+        if now - self._newer_since[1] >= max(FENCE_MIN_S, self.job.timeout.total_seconds()):
+            from .records import Generation
+            if self.job.id not in Generation.from_json(newer).members:
+                self.job._fenced = True
