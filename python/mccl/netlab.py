@@ -292,6 +292,19 @@ class Lab:
         return {"MASTER_ADDR": self.hosts[0].address, "MCCL_SOCKET_IFNAME": "=eth0",
                 "GLOO_SOCKET_IFNAME": "eth0"}
 
+    def attach_driver(self, address: str = f"{SUBNET}.254") -> str:
+        """Gives this machine's own namespace an address on the lab's switch
+        (the bridge), so that a test's driver (a browser, a script) reaches
+        the hosts as one more machine on the switch would; its traffic is
+        not shaped. Idempotent; the address goes with the lab."""
+        if address.rsplit(".", 1)[0] != SUBNET or int(address.rsplit(".", 1)[1]) <= len(self.hosts):
+            raise LabError(f"driver address {address} must be in {SUBNET}.0/24 above the hosts' addresses")
+        have = subprocess.run(["ip", "-o", "-4", "addr", "show", "dev", self.bridge], capture_output=True,
+                              text=True).stdout
+        if f" {address}/" not in have:
+            _sh(["ip", "addr", "add", f"{address}/24", "dev", self.bridge])
+        return address
+
     def run(self, h: int | str, cmd: list[str], **kw) -> subprocess.CompletedProcess:
         return subprocess.run(self.prefix(h) + list(cmd), **kw)
 

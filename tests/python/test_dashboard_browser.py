@@ -1,5 +1,5 @@
 """The status page in a real browser, following a live elastic job on
-loopback: `mccl elastic serve` (store and page), four `mccl agent run`
+loopback and on the network lab: `mccl elastic serve` (store and page), four `mccl agent run`
 processes (file activity sources) that start the workers of
 workers/elastic_worker.py, headless Chromium driven by Selenium through
 Debian's chromium-driver. Three founders start; a fourth machine joins;
@@ -60,10 +60,12 @@ def _browser_or_skip():
 
 
 class Machines:
-    """`mccl agent run` processes, one per simulated Mac, each with its own activity file."""
+    """`mccl agent run` processes, one per simulated Mac, each with its own
+    activity file; on a network lab, Mac i is lab host i + 1 (host 0 runs
+    the coordinator)."""
 
-    def __init__(self, store: str, tmp: Path):
-        self.store, self.tmp = store, tmp
+    def __init__(self, store: str, tmp: Path, lab=None):
+        self.store, self.tmp, self.lab = store, tmp, lab
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, host: str, worker_args: list[str]) -> None:
@@ -72,6 +74,11 @@ class Machines:
         cmd = [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", self.store, "--sleep-ms", "150",
                *worker_args]
         env = {"PYTHONPATH": str(WORKERS) + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+        prefix = []
+        if self.lab is not None:
+            h = len(self.procs) + 1
+            prefix = self.lab.prefix(h)
+            env.update(self.lab.rank_env(h))
         cfg = self.tmp / f"agent-{host}.toml"
         cfg.write_text(f"""
 [rules]
@@ -92,7 +99,8 @@ host = "{host}"
 publish_every_s = 2
 """)
         log = open(self.tmp / f"agent-{host}.log", "w")
-        self.procs[host] = subprocess.Popen([sys.executable, "-m", "mccl.cli", "agent", "run", "--config", str(cfg)],
+        self.procs[host] = subprocess.Popen(prefix + [sys.executable, "-m", "mccl.cli", "agent", "run",
+                                                      "--config", str(cfg)],
                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def person_back(self, host: str) -> None:
@@ -152,10 +160,34 @@ class StoreWatch:
         self._t.join(timeout=5)
 
 
-def test_the_page_follows_a_live_job_in_chromium(tmp_path):
+@pytest.fixture(params=["loopback", pytest.param("lab", marks=pytest.mark.netlab)])
+def where(request):
+    """Loopback, or a 5-host network lab (1 Gbit/s): the coordinator on host
+    0, a Mac on each other host, the browser on this machine's own address
+    on the lab's switch."""
+    if request.param == "loopback":
+        yield None
+        return
+    from mccl.netlab import Lab
+    missing = Lab.requirements(goodput=False)
+    if missing:
+        pytest.skip("network lab needs " + " and ".join(missing))
+    lab = Lab.up(5, rate="1gbit", name="mcclpage")
+    try:
+        lab.attach_driver()
+        yield lab
+    finally:
+        lab.down()
+
+
+def test_the_page_follows_a_live_job_in_chromium(tmp_path, where):
     driver = _browser_or_skip()
-    proc, store, url = start_coordinator(sample_s=1.0)
-    machines = Machines(store, tmp_path)
+    lab = where
+    if lab is None:
+        proc, store, url = start_coordinator(sample_s=1.0)
+    else:
+        proc, store, url = start_coordinator(sample_s=1.0, host=lab.hosts[0].address, prefix=lab.prefix(0))
+    machines = Machines(store, tmp_path, lab)
     watch = StoreWatch(store)
     seen: dict[str, float] = {}   # what the page showed first, and when
     lag: dict[str, float] = {}    # from the store to the page, per change

@@ -250,10 +250,12 @@ class SimFleet:
 
 
 # ---- the coordinator ------------------------------------------------------------------
-def start_coordinator(sample_s: float = 10.0, env=None) -> tuple[subprocess.Popen, str, str]:
-    """`mccl elastic serve` on loopback, free ports; returns (process, store address, page URL)."""
-    cmd = [sys.executable, "-m", "mccl.cli", "elastic", "serve", "--host", "127.0.0.1", "--port", "0",
-           "--http-port", "0", "--sample-s", str(sample_s)]
+def start_coordinator(sample_s: float = 10.0, env=None, host: str = "127.0.0.1",
+                      prefix: list[str] | None = None) -> tuple[subprocess.Popen, str, str]:
+    """`mccl elastic serve` on `host` (loopback, or a lab host's address with
+    its `prefix`), free ports; returns (process, store address, page URL)."""
+    cmd = list(prefix or []) + [sys.executable, "-m", "mccl.cli", "elastic", "serve", "--host", host, "--port", "0",
+                                "--http-port", "0", "--sample-s", str(sample_s)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     store = url = ""
     lines = []
@@ -265,10 +267,10 @@ def start_coordinator(sample_s: float = 10.0, env=None) -> tuple[subprocess.Pope
         lines.append(line)
         m = re.search(r"store listening on ([\d.]+):(\d+)", line)
         if m:
-            store = f"127.0.0.1:{m.group(2)}"
+            store = f"{host}:{m.group(2)}"
         m = re.search(r"status page on http://[^:]+:(\d+)/", line)
         if m:
-            url = f"http://127.0.0.1:{m.group(1)}"
+            url = f"http://{host}:{m.group(1)}"
         if "not served" in line:
             break
     if not store or not url:
