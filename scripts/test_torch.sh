@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Builds MCCL against the oldest torch the README claims (torch 2.5.1) and runs
-# the Python suite with it, so that "torch >= 2.5" is checked rather than
-# assumed. Nothing here touches the main interpreter or this tree's build/:
-#   - torch 2.5.1 goes into its own venv (outside the repository);
+# Builds MCCL against any torch release and runs the Python suite with it, so
+# that what the README's torch table says is checked rather than assumed.
+# Nothing here touches the main interpreter or this tree's build/:
+#   - the torch goes into its own venv (outside the repository);
 #   - the working tree (tracked and untracked, not ignored files) is copied to
 #     a scratch folder and built there, so scikit-build's build/ in the copy
 #     never clobbers the build folder of this checkout.
-#   bash scripts/test_oldest_torch.sh                 # the whole Python suite
-#   bash scripts/test_oldest_torch.sh -k fsdp -x      # arguments go to pytest (files too)
-#   TORCH_VERSION=2.7.1 PYTHON=python3.11 VENV=/tmp/v bash scripts/test_oldest_torch.sh
-#   PATCH=fix.diff bash scripts/test_oldest_torch.sh  # try a fix in the copy only
-#   REF=HEAD bash scripts/test_oldest_torch.sh        # the last commit, not the working tree
-# The PyPI wheel of torch 2.5.1 for Linux x86-64 is the CUDA 12 build and pulls
-# the nvidia-*-cu12 wheels and triton (5.3 GB in the venv, about 1.5 min to
-# install from a fast PyPI mirror); the CPU-only wheels live on
-# download.pytorch.org, which may not be reachable. Downloads are cached by pip
-# and the venv and the copy's build folder are kept, so a second run is quick.
+#   bash scripts/test_torch.sh 2.5.1                   # the oldest the README claims: the whole Python suite
+#   bash scripts/test_torch.sh 2.15.0 -m "not slow"    # the newest; arguments after the version go to pytest
+#   bash scripts/test_torch.sh 2.15.0 tests/python/test_torch_suite.py   # PyTorch's own suite tier
+#   PYTHON=python3.12 VENV=/tmp/v bash scripts/test_torch.sh 2.11.0
+#   PATCH=fix.diff bash scripts/test_torch.sh 2.5.1    # try a fix in the copy only
+#   REF=HEAD bash scripts/test_torch.sh 2.5.1          # the last commit, not the working tree
+# The version may also come from TORCH_VERSION (default 2.5.1). A machine
+# whose pip is capped by a constraints file (pip config list) is not capped in
+# the venv (PIP_CONFIG_FILE=/dev/null there). PyPI's torch for Linux x86-64
+# is the CUDA build, which pulls the nvidia-* wheels (several GB in the venv);
+# the CPU-only wheels live on download.pytorch.org, which may not be
+# reachable. Downloads are cached by pip and the venv and the copy's build
+# folder are kept, so a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+if [[ ${1:-} =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]]; then TORCH_VERSION=$1; shift; fi
 TORCH_VERSION=${TORCH_VERSION:-2.5.1}
 PY=${PYTHON:-python3}
 CACHE=${MCCL_CACHE:-$HOME/.cache/mccl}
@@ -41,16 +45,16 @@ fi
 VPY=$VENV/bin/python
 if [ "$($VPY -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)" != "$TORCH_VERSION" ]; then
   say "installing torch==$TORCH_VERSION into $VENV (from PyPI on Linux x86-64: the CUDA build, several GB)"
-  $VPY -m pip install -q --upgrade pip
-  $VPY -m pip install -q "torch==$TORCH_VERSION"
+  PIP_CONFIG_FILE=/dev/null $VPY -m pip install -q --upgrade pip
+  PIP_CONFIG_FILE=/dev/null $VPY -m pip install -q "torch==$TORCH_VERSION"
 fi
 missing=()
-for mod in pytest numpy cmake ninja scikit_build_core expecttest; do
+for mod in pytest numpy cmake ninja scikit_build_core expecttest selenium prometheus_client; do
   $VPY -c "import $mod" 2>/dev/null || missing+=("$mod")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
-  $VPY -m pip install -q "${missing[@]/scikit_build_core/scikit-build-core}"
+  PIP_CONFIG_FILE=/dev/null $VPY -m pip install -q "${missing[@]/scikit_build_core/scikit-build-core>=1.1}"
 fi
 # The venv's cmake and ninja come first (scikit-build-core looks them up on PATH).
 export PATH=$VENV/bin:$PATH
