@@ -634,17 +634,7 @@ def test_fsdp_job_reshards_on_join_and_leave_and_rolls_back_on_a_crash(tmp_path)
     fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--fsdp", str(ckpt), "--checkpoint-every", "6"])
     m = _members(port)
 
-    def last_gen_worlds() -> dict[int, set[int]]:
-        best: dict[int, tuple[int, set[int]]] = {}
-        for i in range(len(fleet.procs)):
-            for mt in re.finditer(r"COMMIT (\d+) world (\d+) rank \d+ gen (\d+)", fleet.text(i)):
-                s, world, gen = (int(g) for g in mt.groups())
-                g0, ws = best.get(s, (-1, set()))
-                if gen > g0:
-                    best[s] = (gen, {world})
-                elif gen == g0:
-                    ws.add(world)
-        return {s: ws for s, (_, ws) in best.items()}
+    last_gen_worlds = fleet.last_gen_worlds
 
     def latest_world() -> int:
         c = last_gen_worlds()

@@ -1,11 +1,13 @@
 """An elastic job whose store is a real 3-node etcd cluster (Raft): its
 leader is killed mid-job and a joiner comes during the election; no step is
-lost, the joiner gets in, and `mccl elastic status` reads the job from the
-cluster."""
+lost, the joiner gets in, `mccl elastic status` reads the job from the
+cluster, and a leave and a crash follow (two shrinks of the group)."""
 
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -41,8 +43,15 @@ def test_a_job_on_etcd_loses_no_step_when_the_leader_dies_and_admits_a_joiner_me
         out = subprocess.run([sys.executable, "-m", "mccl.cli", "elastic", "status", "--store", url, "--job", "test"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and "running" in out.stdout and "4 members" in out.stdout, out.stdout + out.stderr
+        # Then a leave and a crash: two shrinks in a row of a group whose
+        # store connection lived through the election.
+        fleet.procs[1].send_signal(signal.SIGTERM)
+        fleet.wait_for("the leave", lambda: fleet.latest_world() == 3 and fleet.procs[1].poll() is not None, 120)
+        os.killpg(fleet.procs[2].pid, signal.SIGKILL)
+        fleet.wait_for("the crash recovery", lambda: fleet.latest_world() == 2, 120)
         stop = max(fleet.commits()) + 10
         m.request_end(stop)
-        ends_as_replayed(fleet, tmp_path, [0, 1, 2, joiner], stop)
+        ends_as_replayed(fleet, tmp_path, [0, joiner], stop)
+        fleet.assert_ok([1])
     finally:
         fleet.kill_all()

@@ -108,6 +108,7 @@ class ResilientStore:
         self.health = health or _Health(describe)
         self.reconnects = reconnects
         self._client: dist.Store | None = client
+        self._handed: dist.Store | None = None  # the client raw() gave a process group
         self._lock = threading.RLock()
         self.epoch = 0 if client is None else 1
         self._born = self.health.outages  # the process's outages when this connection was made
@@ -123,9 +124,12 @@ class ResilientStore:
     # ---- connections ---------------------------------------------------------
     def raw(self, patience=_DEFAULT) -> dist.Store:
         """The current client (connecting if there is none): for a process
-        group's rendezvous, which takes a torch Store."""
+        group's rendezvous, which takes a torch Store. It is never closed
+        here (the group keeps it, and torch's shrink_group clones it)."""
         with self._lock:
-            return self._retry("connect", lambda c: c, patience)
+            client = self._retry("connect", lambda c: c, patience)
+            self._handed = client
+            return client
 
     def clone(self) -> "ResilientStore":
         """An independent connection to the same store (for another thread)."""
@@ -163,10 +167,11 @@ class ResilientStore:
         return self._client
 
     def _drop(self) -> None:
-        """Forgets the current connection (closing it where the client can)."""
+        """Forgets the current connection (closing it where the client can,
+        unless a process group holds it)."""
         client, self._client = self._client, None
         close = getattr(client, "close", None)
-        if callable(close):
+        if callable(close) and client is not self._handed:
             try:
                 close()
             except Exception:  # noqa: BLE001 - it is broken already
