@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 FRAME = struct.Struct("<IHBBQQQQQIIiIBBBBI")  # 72 bytes, see frame.h
 assert FRAME.size == 72
-MAGIC, VERSION = 0x4C43434D, 5
+MAGIC, VERSION = 0x4C43434D, 6
 DATA, CLOSE, ABORT, RTS, CTS, REF, REF_DONE, LOCAL_HELLO, LOCAL_OK = range(1, 10)
 P2P, CHECKSUM = 1, 2
 

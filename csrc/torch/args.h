@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "work.h"
+#include "dtypes.h"
 
 namespace mccl::torch_adapter {
 

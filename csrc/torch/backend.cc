@@ -6,7 +6,7 @@
 
 #include "algo/collectives.h"
 #include "args.h"
-#include "callbacks.h"
+#include "device/callbacks.h"
 #include "util/error.h"
 #include "util/params.h"
 #include "util/trace.h"
@@ -22,7 +22,7 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 // Every op starts here: the calling thread is about to use its device, so
 // the Futures of MPS ops it issued earlier are marked here, their callbacks
-// run in its order (callbacks.h). Then the op's arguments are checked.
+// run in its order (device/callbacks.h). Then the op's arguments are checked.
 Args enter(const Communicator& comm, const char* op) {
   trace::record(trace::Ev::kCallEntered, comm.rank(), comm.groupId(), 0, 0);
   runMarksOfThisThread();
@@ -210,7 +210,7 @@ ProcessGroupMCCL::ProcessGroupMCCL(const c10::intrusive_ptr<c10d::Store>& store,
   try {
     cfg = CommConfig::fromEnv(rank, size);
     for (const auto& [env, value] : settings) cfg.applySetting(env, value);
-    setCallbackDeadlineMs(params::callbackDeadlineMs());  // for the callback runners (callbacks.h)
+    setCallbackDeadlineMs(params::callbackDeadlineMs());  // for the callback runners (device/callbacks.h)
   } catch (const std::exception& e) {
     rethrowAsTorch(e);
   }

@@ -128,7 +128,7 @@ class ProcessGroupMCCL : public c10d::Backend {
   Communicator& comm() { return *comm_; }
   // "host:port" this rank listens on.
   // What an all_reduce (SUM), broadcast or reduce (SUM) of `t` runs here:
-  // the algorithm (or wire path) the group's model and settings choose,
+  // the algorithm (a wire algorithm too) the group's model and settings choose,
   // and, for an all_reduce in pieces, per piece. For mccl-bench.
   std::string algorithmFor(const std::string& op, const at::Tensor& t) const;
   // Elements per piece of an all_reduce of `nbytes` in elements of

@@ -12,7 +12,7 @@
 // runs the mark where it is (as before the pool). Not fork-safe: a forked
 // child that uses MCCL again should not inherit a process that marked
 // Futures (its pool's threads are not copied). The pool lives as long as the process, as the
-// completion thread does (completer.h).
+// completion thread does (device/completer.h).
 //
 // A Work whose Future nobody asked for is marked where it completes: no
 // callback can be attached to it yet, so none runs there (work.cc).

@@ -11,10 +11,10 @@
 
 #include "backend.h"
 #include "c10d_ops.h"
-#include "callbacks.h"
-#include "completer.h"
-#include "mps_device.h"
-#include "fake_gpu.h"
+#include "device/callbacks.h"
+#include "device/completer.h"
+#include "device/mps_device.h"
+#include "device/fake_gpu.h"
 #include "algo/model.h"
 #include "algo/registry.h"
 #include "algo/select.h"
@@ -188,8 +188,8 @@ PYBIND11_MODULE(_C, m) {
            "destroy_process_group does through c10d::Backend::shutdown)")
       .def("_algorithm_for", &ProcessGroupMCCL::algorithmFor, py::arg("op"), py::arg("tensor"),
            "what an all_reduce (SUM), broadcast or reduce (SUM) of `tensor` runs in this group: "
-           "the algorithm or wire path its model and settings choose ('torus', 'bf16 wire, ring', "
-           "'ring in 16 pieces')")
+           "the algorithm its model and settings choose, or the wire algorithm that replaces it "
+           "('torus', 'ring_wire (bf16)', 'pairwise_int8', 'ring in 16 pieces')")
       .def_property_readonly("address", &ProcessGroupMCCL::address,
                              "host:port this rank listens on")
       .def_property_readonly(

@@ -48,7 +48,7 @@ DEVICES = [
             "torch 2.5 (as in 2.7) and 2.13; the adapter's ordering (fence on PyTorch's stream from the "
             "calling thread, Shared memory in place, Private through blits on MCCL's queue) tested "
             "on Linux through a fake Metal port in both storage modes with the whole collective "
-            "suite; the Metal file (csrc/torch/mps_metal.mm) is only type-checked on Linux against "
+            "suite; the Metal file (csrc/torch/device/mps_metal.mm) is only type-checked on Linux against "
             "stand-in headers (scripts/check_mm.sh), never built with Apple's SDK; torch >= 2.12 "
             "gives every MPS tensor Shared storage (zero copy), 2.5-2.11 Private (blits), as read "
             "from their sources (docs/mps.md); strided outputs need Shared storage; `mccl selftest` "

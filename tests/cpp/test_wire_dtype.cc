@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "algo/model.h"
+#include "algo/registry.h"
+#include "algo/select.h"
 #include "harness.h"
 #include "wire_runs.h"
 #include "reduce/half.h"
@@ -138,7 +141,8 @@ TEST(WireDtype, AllreduceIsBitIdenticalOnEveryRankAndWithinItsRoundingBound) {
                                             " count=", count, " ", reduceOpName(op));
             for (int r = 0; r < n; ++r) {
               const std::string& d = run.desc[static_cast<size_t>(r)];
-              ASSERT_NE(d.find(strCat(" wire=", kernels::wireDtypeName(w), " ", reduce)), std::string::npos)
+              ASSERT_NE(d.find(strCat("algorithm=", reduce, "_wire) wire=", kernels::wireDtypeName(w))),
+                        std::string::npos)
                   << what << ": " << d;
               ASSERT_EQ(std::memcmp(run.out[static_cast<size_t>(r)].data(), run.out[0].data(), count * 4), 0)
                   << what << ": rank " << r << " differs from rank 0";
@@ -217,7 +221,8 @@ TEST(WireDtype, ReduceScatterIsWithinItsRoundingBound) {
             c.wireReduce = reduce;
             c.chunkBytes = 4096;
           });
-          EXPECT_NE(desc[0].find(strCat(" wire=", kernels::wireDtypeName(w), " ", reduce)), std::string::npos)
+          EXPECT_NE(desc[0].find(strCat("algorithm=", reduce, "_wire) wire=", kernels::wireDtypeName(w))),
+                    std::string::npos)
               << what << ": " << desc[0];
         }
       }
@@ -283,7 +288,9 @@ TEST(WireDtype, Float64TravelsTheWireAndAccumulatesInFloat64) {
                                 [](int r, size_t i) { return input(r, i) * (1.0 + 1e-9 * r); }, run);
         const auto& out = run.out;
         const auto& desc = run.desc;
-        ASSERT_NE(desc[0].find(" wire=" + wire), std::string::npos) << what << ": " << desc[0];
+        const std::string algorithm = wire == "int8" ? "pairwise_int8" : reduce + "_wire";
+        ASSERT_NE(desc[0].find(strCat("algorithm=", algorithm, ") wire=", wire)), std::string::npos)
+            << what << ": " << desc[0];
         double worst = 0;
         for (size_t i = 0; i < count; ++i) {
           for (int r = 1; r < n; ++r) ASSERT_EQ(out[static_cast<size_t>(r)][i], out[0][i]) << what << " at " << i;
@@ -385,7 +392,7 @@ TEST(WireDtype, AlgorithmForNamesThePathTheCallRuns) {
     c.wireDtypeMinBytes = 1024;
     c.wireReduce = "ring";
   });
-  EXPECT_EQ(wire[0], "bf16 wire, ring");
+  EXPECT_EQ(wire[0], "ring_wire (bf16)");
   EXPECT_EQ(wire[1], "ring");  // integers: the table
   EXPECT_EQ(wire[2], "ring");  // MAX: the table
   EXPECT_EQ(wire[3].find("wire"), std::string::npos) << wire[3];  // under MCCL_WIRE_DTYPE_MIN_BYTES
@@ -394,7 +401,7 @@ TEST(WireDtype, AlgorithmForNamesThePathTheCallRuns) {
     c.wireDtype = "int8";
     c.wireDtypeMinBytes = 0;
   });
-  EXPECT_EQ(int8[0], "int8 wire, pairwise");
+  EXPECT_EQ(int8[0], "pairwise_int8");
   auto forced = names([](CommConfig& c) {
     c.wireDtype = "bf16";
     c.wireDtypeMinBytes = 0;
@@ -402,6 +409,109 @@ TEST(WireDtype, AlgorithmForNamesThePathTheCallRuns) {
   });
   EXPECT_EQ(forced[0], "torus");
   EXPECT_EQ(forced[4], "chain");
+  auto pairwise = names([](CommConfig& c) {
+    c.wireDtype = "fp16";
+    c.wireDtypeMinBytes = 0;
+    c.wireReduce = "pairwise";
+  });
+  EXPECT_EQ(pairwise[0], "pairwise_wire (fp16)");
+}
+
+// The wire algorithms are rows of the one table: ids and names of their own
+// (the frames, the trace and errors carry them), costs the model prices,
+// chosen by the wire settings only -- never by the model, never by MCCL_ALGO.
+TEST(WireDtype, WireAlgorithmsAreRowsOfTheTable) {
+  struct Row {
+    OpKind op;
+    const char* name;
+    Algo id;
+  };
+  for (const Row& r : {Row{OpKind::kAllreduce, "ring_wire", Algo::kRingWire},
+                       Row{OpKind::kAllreduce, "pairwise_wire", Algo::kPairwiseWire},
+                       Row{OpKind::kAllreduce, "pairwise_int8", Algo::kPairwiseInt8},
+                       Row{OpKind::kReduceScatter, "ring_wire", Algo::kRingWire},
+                       Row{OpKind::kReduceScatter, "pairwise_wire", Algo::kPairwiseWire},
+                       Row{OpKind::kReduceScatter, "pairwise_int8", Algo::kPairwiseInt8}}) {
+    const algo::Algorithm* a = algo::find(r.op, r.name);
+    ASSERT_NE(a, nullptr) << r.name;
+    EXPECT_EQ(a->id, r.id) << r.name;
+    EXPECT_TRUE(a->isWire()) << r.name;
+    EXPECT_EQ(algoName(r.id), r.name);
+    EXPECT_EQ(algo::algorithmsFor(r.op).find("wire"), std::string::npos) << algo::algorithmsFor(r.op);
+    EXPECT_EQ(algo::algorithmsFor(r.op).find("int8"), std::string::npos) << algo::algorithmsFor(r.op);
+  }
+  CommConfig cfg;
+  cfg.wireDtypeMinBytes = 0;
+  const CostModel m;
+  // Priced as the ring with the wire's bytes: dearer than nothing, cheaper
+  // than float32 for large buffers, int8 cheaper than 16 bits.
+  for (int n : {2, 5, 8}) {
+    const size_t x = size_t{64} << 20;
+    const double fp32 = algo::predictSeconds(m, OpKind::kAllreduce, Algo::kRing, x, n, cfg.chunkBytes);
+    const double w16 = algo::predictSeconds(m, OpKind::kAllreduce, Algo::kRingWire, x, n, cfg.chunkBytes);
+    const double pw16 = algo::predictSeconds(m, OpKind::kAllreduce, Algo::kPairwiseWire, x, n, cfg.chunkBytes);
+    const double i8 = algo::predictSeconds(m, OpKind::kAllreduce, Algo::kPairwiseInt8, x, n, cfg.chunkBytes);
+    EXPECT_GT(w16, 0) << n;
+    EXPECT_LT(w16, fp32) << n;
+    EXPECT_EQ(w16, pw16) << n;
+    EXPECT_LT(i8, w16) << n;
+    const double rs32 = algo::predictSeconds(m, OpKind::kReduceScatter, Algo::kRing, x / n, n, cfg.chunkBytes);
+    const double rs16 = algo::predictSeconds(m, OpKind::kReduceScatter, Algo::kRingWire, x / n, n, cfg.chunkBytes);
+    EXPECT_LT(rs16, rs32) << n;
+  }
+  // The selector never takes a wire row, whatever the size; MCCL_ALGO cannot name one.
+  for (const char* wire : {"fp32", "bf16", "int8"}) {
+    cfg.wireDtype = wire;
+    for (int n : {2, 3, 8, 24}) {
+      cfg.size = n;
+      for (size_t bytes : {size_t{8}, size_t{1} << 16, size_t{1} << 26}) {
+        for (OpKind op : {OpKind::kAllreduce, OpKind::kReduceScatter}) {
+          EXPECT_FALSE(algo::chooseAlgorithm(cfg, m, op, bytes).isWire()) << wire << " n=" << n << " " << bytes;
+        }
+      }
+    }
+  }
+  cfg.algo = "allreduce=ring_wire";
+  try {
+    algo::chooseAlgorithm(cfg, m, OpKind::kAllreduce, 1024);
+    ADD_FAILURE() << "MCCL_ALGO took a wire algorithm";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("'ring_wire' is not an algorithm for allreduce"), std::string::npos)
+        << e.what();
+  }
+  // Which row serves the wire: MCCL_WIRE_REDUCE for 16 bits (auto: the ring
+  // below 8 ranks, the pairwise exchange from 8), int8 always pairwise; not
+  // for other collectives, dtypes or ops, below MCCL_WIRE_DTYPE_MIN_BYTES,
+  // on one rank, or where MCCL_ALGO forces the collective's algorithm.
+  auto chosen = [&](const char* wire, const char* reduce, int n, OpKind op = OpKind::kAllreduce,
+                    DataType dt = DataType::kFloat32, ReduceOp rop = ReduceOp::kAvg, size_t bytes = 1 << 20,
+                    const char* forced = "") -> std::string {
+    CommConfig c;
+    c.wireDtype = wire;
+    c.wireReduce = reduce;
+    c.size = n;
+    c.algo = forced;
+    const algo::Algorithm* a = algo::wireAlgorithm(c, op, dt, rop, bytes);
+    return a == nullptr ? "none" : a->name;
+  };
+  EXPECT_EQ(chosen("bf16", "auto", 7), "ring_wire");
+  EXPECT_EQ(chosen("bf16", "auto", 8), "pairwise_wire");
+  EXPECT_EQ(chosen("fp16", "ring", 24), "ring_wire");
+  EXPECT_EQ(chosen("fp16", "pairwise", 2), "pairwise_wire");
+  EXPECT_EQ(chosen("int8", "ring", 3), "pairwise_int8");
+  EXPECT_EQ(chosen("int8", "auto", 3, OpKind::kReduceScatter), "pairwise_int8");
+  EXPECT_EQ(chosen("bf16", "auto", 3, OpKind::kReduceScatter, DataType::kFloat64, ReduceOp::kSum), "ring_wire");
+  EXPECT_EQ(chosen("fp32", "auto", 3), "none");
+  EXPECT_EQ(chosen("bf16", "auto", 1), "none");
+  EXPECT_EQ(chosen("bf16", "auto", 3, OpKind::kBroadcast), "none");
+  EXPECT_EQ(chosen("bf16", "auto", 3, OpKind::kAllreduce, DataType::kFloat16), "none");
+  EXPECT_EQ(chosen("bf16", "auto", 3, OpKind::kAllreduce, DataType::kFloat32, ReduceOp::kMax), "none");
+  EXPECT_EQ(chosen("bf16", "auto", 3, OpKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, 1024), "none");
+  EXPECT_EQ(chosen("int8", "auto", 3, OpKind::kAllreduce, DataType::kFloat32, ReduceOp::kSum, 1 << 20,
+                   "allreduce=ring"), "none");
+  EXPECT_EQ(chosen("int8", "auto", 3, OpKind::kReduceScatter, DataType::kFloat32, ReduceOp::kSum, 1 << 20,
+                   "allreduce=ring"), "pairwise_int8");
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ TEST(Int8Wire, AllreduceIsBitIdenticalAndWithinHalfAStepPerInput) {
         // int8 is pairwise whatever MCCL_WIRE_REDUCE says
         allreduceOnWire<float>(n, count, op, DataType::kFloat32, {"int8", "ring"}, input, run);
         for (int r = 0; r < n; ++r) {
-          ASSERT_NE(run.desc[static_cast<size_t>(r)].find(" wire=int8 pairwise"), std::string::npos)
+          ASSERT_NE(run.desc[static_cast<size_t>(r)].find("algorithm=pairwise_int8) wire=int8"), std::string::npos)
               << what << ": " << run.desc[static_cast<size_t>(r)];
           ASSERT_EQ(std::memcmp(run.out[static_cast<size_t>(r)].data(), run.out[0].data(), count * 4), 0)
               << what << ": rank " << r << " differs from rank 0";
@@ -209,7 +209,7 @@ TEST(Int8Wire, ReduceScatterIsWithinHalfAStepPerInput) {
         c.wireDtypeMinBytes = 0;
         c.chunkBytes = 4096;
       });
-      EXPECT_NE(desc[0].find(" wire=int8 pairwise"), std::string::npos) << what << ": " << desc[0];
+      EXPECT_NE(desc[0].find("algorithm=pairwise_int8) wire=int8"), std::string::npos) << what << ": " << desc[0];
     }
   }
 }

@@ -79,7 +79,7 @@ def test_recorded_algorithm_follows_pieces_wire_and_forcing(tmp_path):
     assert recorded({"MCCL_ALGO": "allreduce=torus"}) == "torus"
     assert recorded({"MCCL_ALGO": "allreduce=ring", "MCCL_PIECE_BYTES": "16384"}) == "ring in 4 pieces"
     assert recorded({"MCCL_WIRE_DTYPE": "bf16", "MCCL_WIRE_DTYPE_MIN_BYTES": "0",
-                     "MCCL_WIRE_REDUCE": "pairwise"}) == "bf16 wire, pairwise"
+                     "MCCL_WIRE_REDUCE": "pairwise"}) == "pairwise_wire (bf16)"
 
 
 @pytest.mark.slow
@@ -94,6 +94,11 @@ def test_wire_dtypes_beside_gloo_and_the_bf16_hook(tmp_path):
     for r in rows:
         for b in ("mccl", "mccl+bf16", "mccl+int8", "gloo", "gloo+bf16hook"):
             assert r[b]["busbw_GBps"] >= 0, r
+    # Each group's algorithm: below MCCL_WIRE_DTYPE_MIN_BYTES the table's, above it the wire's.
+    assert rows[0]["mccl+bf16"]["algorithm"] == rows[0]["mccl+int8"]["algorithm"] == rows[0]["mccl"]["algorithm"]
+    assert (rows[1]["mccl+bf16"]["algorithm"], rows[1]["mccl+int8"]["algorithm"]) == ("ring_wire (bf16)",
+                                                                                      "pairwise_int8"), rows[1]
+    assert "bf16: ring_wire (bf16); int8: pairwise_int8" in text, text
 
 
 @pytest.mark.slow
@@ -269,6 +274,10 @@ def test_scale_report_puts_sweeps_at_several_n_in_one_table(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "scale-report", str(other)], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode != 0 and "not an `mccl-bench --json` sweep" in p.stderr
+    # scale-report is the former name of collectives-report: the same report.
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "collectives-report", *map(str, paths)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and [ln for ln in p.stdout.splitlines() if ln.startswith("| all_reduce")] == lines
 
 
 @pytest.mark.slow

@@ -275,14 +275,14 @@ def _scaling_file(one_s, mccl_s, gloo_s, **kw):
             "fsdp": False, "netlab": "mccl", "runs": runs, **kw}
 
 
-def test_scaling_report_medians_over_repeats(tmp_path):
-    from mccl.bench import scaling_report
+def test_training_report_medians_over_repeats(tmp_path):
+    from mccl.bench import training_report
     files = [_scaling_file(0.4, {2: 0.5, 4: 0.8}, {2: 0.4, 4: 1.0}),
              _scaling_file(0.4, {2: 0.45, 4: 0.5}, {2: 0.5, 4: 1.0}),
              _scaling_file(0.4, {2: 0.42}, {2: 0.84}),
              _scaling_file(0.4, {2: 1.0}, {2: 1.0}, fsdp=True),  # another workload: its own group
              _scaling_file(0.4, {2: 0.8}, {2: 0.8}, emulate_queue=True, optimizer="adamw-fused")]  # and another
-    rows = scaling_report.summarize(files)
+    rows = training_report.summarize(files)
     queued = [r for r in rows if "(queued), adamw-fused" in r["workload"]]
     assert len(queued) == 2 and all(r["repeats"] == 1 and r["efficiency"] == pytest.approx(0.5) for r in queued)
     ddp = {(r["world"], r["backend"]): r for r in rows
@@ -296,15 +296,15 @@ def test_scaling_report_medians_over_repeats(tmp_path):
     # per-run throughput ratios 0.8, 1.111, 2.0: the median is the middle run's
     assert m2["vs_base"] == pytest.approx(0.5 / 0.45) and g2["vs_base"] is None
     assert m4["repeats"] == 2 and m4["vs_base"] == pytest.approx((1.25 + 2.0) / 2)
-    text = scaling_report.markdown(rows)
+    text = training_report.markdown(rows)
     assert "| 2 | 88.9 % (80.0–95.2) | 450.0 ms | 80.0 % (47.6–100.0) | 500.0 ms | 1.11× |" in text
     assert "DDP 2 MB buckets, ViT small, batch 2/rank, 320 ms emulated, cpu, lab mccl (2/3 repeats):" in text
     with pytest.raises(ValueError, match="no runs"):
-        scaling_report.summarize([{"preset": "small"}])
+        training_report.summarize([{"preset": "small"}])
 
 
-def test_scaling_report_vs_nosync_and_runs_without_a_baseline(tmp_path):
-    from mccl.bench import scaling_report
+def test_training_report_vs_nosync_and_runs_without_a_baseline(tmp_path):
+    from mccl.bench import training_report
     with_nosync = []
     for step, nosync in ((1.0, 0.96), (1.02, 0.97), (1.01, 0.95)):
         f = _scaling_file(0.95, {24: step}, {24: 1.05})
@@ -312,30 +312,30 @@ def test_scaling_report_vs_nosync_and_runs_without_a_baseline(tmp_path):
             r["step_nosync_s"] = nosync
             r["efficiency_vs_nosync"] = nosync / r["step_s"]
         with_nosync.append(f)
-    rows = scaling_report.summarize(with_nosync)
+    rows = training_report.summarize(with_nosync)
     m = next(r for r in rows if r["backend"] == "mccl")
     assert m["vs_nosync"] == pytest.approx(0.97 / 1.02) and m["vs_nosync_min"] == pytest.approx(0.95 / 1.01)
     assert m["vs_nosync_max"] == pytest.approx(0.96)
-    text = scaling_report.markdown(rows)
+    text = training_report.markdown(rows)
     assert "| N | mccl efficiency (range) | mccl step | mccl vs no-sync | gloo efficiency" in text, text
     assert "| 24 | 94.1 % (93.1–95.0) | 1010.0 ms | 95.1 % (94.1–96.0) |" in text, text
     # The 24-rank runs alone (the one-rank baseline run apart): no
     # efficiency, the rest as before; the plot leaves them out.
     alone = [dict(f, runs=[dict(r, efficiency=None) for r in f["runs"] if r["world"] > 1]) for f in with_nosync]
-    rows = scaling_report.summarize(alone)
+    rows = training_report.summarize(alone)
     m = next(r for r in rows if r["backend"] == "mccl")
     assert m["efficiency"] is None and m["vs_nosync"] == pytest.approx(0.97 / 1.02) and m["repeats"] == 3
-    assert "| 24 | – | 1010.0 ms | 95.1 % (94.1–96.0) |" in scaling_report.markdown(rows)
+    assert "| 24 | – | 1010.0 ms | 95.1 % (94.1–96.0) |" in training_report.markdown(rows)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return
-    scaling_report.plot(rows, str(tmp_path / "p.png"))
+    training_report.plot(rows, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
 @pytest.mark.slow
-def test_scaling_report_cli(tmp_path):
+def test_training_report_cli_and_its_former_name(tmp_path):
     paths = []
     for i, f in enumerate([_scaling_file(0.4, {2: 0.5}, {2: 0.6}), _scaling_file(0.4, {2: 0.44}, {2: 0.55})]):
         paths.append(tmp_path / f"s{i}.json")
@@ -352,6 +352,12 @@ def test_scaling_report_cli(tmp_path):
     assert "| 2 | 85.5 % (80.0–90.9) | 470.0 ms | 69.7 % (66.7–72.7) | 575.0 ms | 1.23× |" in p.stdout
     if "--plot" in args:
         assert (tmp_path / "r.png").stat().st_size > 0
+    # The mode's name now, and the name it had ("scaling-report", above): one report.
+    now = subprocess.run([sys.executable, "-m", "mccl.bench", "training-report", *map(str, paths)],
+                         capture_output=True, text=True, timeout=120)
+    assert now.returncode == 0, now.stderr
+    assert [ln for ln in now.stdout.splitlines() if ln.startswith("|")] == \
+        [ln for ln in p.stdout.splitlines() if ln.startswith("|")]
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "scaling-report", str(bad)], capture_output=True,
@@ -398,8 +404,10 @@ def test_validate_collectives_prices_the_algorithm_that_ran():
     # it projects); wire paths are not modelled.
     pieces = dict(old, mccl={"time_us": 1.1e6, "algorithm": "ring in 16 pieces"})
     mixed = dict(old, bytes=(64 << 20) + 4096, mccl={"time_us": 1.1e6, "algorithm": "torus in 16 pieces and ring for the last"})
-    wire = dict(old, mccl={"time_us": 0.6e6, "algorithm": "bf16 wire, ring"})
-    more = plan.validate_collectives({"p": {"meta": {"world": 24}, "results": [pieces, mixed, wire]}}, 30.0, 10.0, None)
+    wire = [dict(old, mccl={"time_us": 0.6e6, "algorithm": name})
+            for name in ("bf16 wire, ring", "ring_wire (bf16)", "pairwise_wire (fp16) in 16 pieces", "pairwise_int8")]
+    more = plan.validate_collectives({"p": {"meta": {"world": 24}, "results": [pieces, mixed, *wire]}}, 30.0, 10.0,
+                                     None)
     assert [r["algorithm"] for r in more] == ["ring in 16 pieces", "torus in 16 pieces and ring for the last"]
     assert more[0]["predicted_s"] == pytest.approx(
         plan.pieces_seconds([4 << 20] * 16, ["ring"] * 16, 24, model)[0])

@@ -10,10 +10,11 @@
 
 namespace mccl::algo {
 
-Task allreducePairwiseWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w) {
+Task allreducePairwiseWire(OpContext& ctx, AllreduceOptions o) {
+  const Wire16 w{wireDtypeOf(ctx.config())};
   const char* what = "wire dtype all-reduce";
-  if (o.dtype == DataType::kFloat64) return allreducePairwiseCoded<double>(ctx, o, Wire16{w}, what);
-  return allreducePairwiseCoded<float>(ctx, o, Wire16{w}, what);
+  if (o.dtype == DataType::kFloat64) return allreducePairwiseCoded<double>(ctx, o, w, what);
+  return allreducePairwiseCoded<float>(ctx, o, w, what);
 }
 
 }  // namespace mccl::algo

@@ -112,9 +112,10 @@ Task ringWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w) {
 
 }  // namespace
 
-Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w) {
+Task allreduceRingWire(OpContext& ctx, AllreduceOptions o) {
   MCCL_CHECK(o.dtype == DataType::kFloat32 || o.dtype == DataType::kFloat64,
              "wire dtype ring: float32 or float64 only");
+  const kernels::WireDtype w = wireDtypeOf(ctx.config());
   if (o.dtype == DataType::kFloat64) return ringWire<double>(ctx, o, w);
   return ringWire<float>(ctx, o, w);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "algo/common.h"
 #include "algo/registry.h"
 #include "algo/select.h"
 #include "comm/op_context.h"
@@ -69,58 +70,23 @@ OpSignature signature(OpKind op, DataType dtype, ReduceOp rop, int root, uint64_
   return s;
 }
 
-// Chooses the algorithm for `sig` moving `bytes` (see predictSeconds) and
-// submits its entry point with the options `o` (the entry's options type).
+// Submits algorithm `a`'s entry point (its options type is O's) with the
+// options `o`, for `sig` moving `bytes` (see predictSeconds).
 template <typename O, typename Entry = EntryOf<O>>
-std::shared_ptr<Work> run(Communicator& comm, OpSignature sig, size_t bytes, const O& o) {
-  const Algorithm& a = chooseAlgorithm(comm.config(), comm.model(), sig.op, bytes);
+std::shared_ptr<Work> runAlgorithm(Communicator& comm, OpSignature sig, size_t bytes, const O& o,
+                                   const Algorithm& a) {
   sig.algo = a.id;
   Entry entry = std::get<Entry>(a.entry);
-  return comm.submit(sig, o.timeout, [o, entry](OpContext& ctx) { return entry(ctx, o); },
-                     sig.describe(), small(comm, bytes));
-}
-
-}  // namespace
-
-namespace {
-
-// MCCL_WIRE_DTYPE applies to float32 and float64 SUM/AVG all-reduce and reduce-scatter
-// of at least MCCL_WIRE_DTYPE_MIN_BYTES (input bytes) where MCCL_ALGO does
-// not force an algorithm. Every rank decides alike: the settings are agreed
-// at bootstrap.
-bool wireApplies(const Communicator& comm, OpKind op, DataType dt, ReduceOp rop, size_t bytes,
-                 kernels::WireDtype* w) {
-  const auto& cfg = comm.config();
-  *w = kernels::WireDtype::kFp32;
-  kernels::parseWireDtype(cfg.wireDtype, w);
-  return *w != kernels::WireDtype::kFp32 && (dt == DataType::kFloat32 || dt == DataType::kFloat64) &&
-         (rop == ReduceOp::kSum || rop == ReduceOp::kAvg) && bytes >= cfg.wireDtypeMinBytes &&
-         comm.size() > 1 && !algo::forcedFor(cfg, op);
-}
-
-// MCCL_WIRE_REDUCE: the pairwise exchange (error flat in n) or the ring.
-bool wirePairwise(const Communicator& comm) {
-  const auto& how = comm.config().wireReduce;
-  return how == "pairwise" || (how == "auto" && comm.size() >= 8);
-}
-
-// Submits the 16-bit-wire entry MCCL_WIRE_REDUCE picks (ring or pairwise)
-// for `o`, in place of the algorithm the table would choose.
-// int8 has one entry, `int8`, whatever MCCL_WIRE_REDUCE says.
-template <typename O>
-std::shared_ptr<Work> runWire(Communicator& comm, OpSignature sig, size_t bytes, const O& o,
-                              kernels::WireDtype w, Task (*ring)(OpContext&, O, kernels::WireDtype),
-                              Task (*pairwise)(OpContext&, O, kernels::WireDtype), Task (*int8)(OpContext&, O)) {
-  sig.algo = Algo::kRing;
-  if (w == kernels::WireDtype::kInt8) {
-    return comm.submit(sig, o.timeout, [o, int8](OpContext& ctx) { return int8(ctx, o); },
-                       strCat(sig.describe(), " wire=int8 pairwise"), small(comm, bytes));
-  }
-  const bool pw = wirePairwise(comm);
-  const auto entry = pw ? pairwise : ring;
-  return comm.submit(sig, o.timeout, [o, w, entry](OpContext& ctx) { return entry(ctx, o, w); },
-                     strCat(sig.describe(), " wire=", kernels::wireDtypeName(w), pw ? " pairwise" : " ring"),
+  std::string what = sig.describe();
+  if (a.isWire()) what += strCat(" wire=", kernels::wireDtypeName(algo::wireDtypeOf(comm.config())));
+  return comm.submit(sig, o.timeout, [o, entry](OpContext& ctx) { return entry(ctx, o); }, what,
                      small(comm, bytes));
+}
+
+// Runs the algorithm the table chooses for `sig` moving `bytes`.
+template <typename O>
+std::shared_ptr<Work> run(Communicator& comm, OpSignature sig, size_t bytes, const O& o) {
+  return runAlgorithm(comm, sig, bytes, o, chooseAlgorithm(comm.config(), comm.model(), sig.op, bytes));
 }
 
 }  // namespace
@@ -144,10 +110,8 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o) {
   checkReduce(comm, op, o.dtype, o.op, o.premulFactor);
   checkBuf(comm, op, o.buf, bytes);
   OpSignature sig = signature(OpKind::kAllreduce, o.dtype, o.op, -1, o.count);
-  kernels::WireDtype w;
-  if (wireApplies(comm, OpKind::kAllreduce, o.dtype, o.op, bytes, &w)) {
-    return runWire(comm, sig, bytes, o, w, algo::allreduceRingWire, algo::allreducePairwiseWire,
-                   algo::allreducePairwiseInt8);
+  if (const Algorithm* w = algo::wireAlgorithm(comm.config(), sig.op, o.dtype, o.op, bytes)) {
+    return runAlgorithm(comm, sig, bytes, o, *w);
   }
   return run(comm, sig, bytes, o);
 }
@@ -156,10 +120,11 @@ std::string algorithmFor(const Communicator& comm, OpKind op, DataType dtype, Re
   MCCL_USAGE_CHECK(op == OpKind::kAllreduce || op == OpKind::kBroadcast || op == OpKind::kReduce,
                    "algorithmFor: ", opKindName(op), " is not chosen per buffer");
   const size_t bytes = count * dtypeSize(dtype);
-  kernels::WireDtype w;
-  if (op == OpKind::kAllreduce && wireApplies(comm, op, dtype, rop, bytes, &w)) {
-    if (w == kernels::WireDtype::kInt8) return "int8 wire, pairwise";
-    return strCat(kernels::wireDtypeName(w), " wire, ", wirePairwise(comm) ? "pairwise" : "ring");
+  if (const Algorithm* w = algo::wireAlgorithm(comm.config(), op, dtype, rop, bytes)) {
+    const kernels::WireDtype wd = algo::wireDtypeOf(comm.config());
+    // The 16-bit rows serve two dtypes: say which.
+    if (wd == kernels::WireDtype::kInt8) return w->name;
+    return strCat(w->name, " (", kernels::wireDtypeName(wd), ")");
   }
   return algo::chosenName(comm.config(), comm.model(), op, bytes);
 }
@@ -206,10 +171,10 @@ std::shared_ptr<Work> reduceScatter(Communicator& comm, const ReduceScatterOptio
     }
   }
   OpSignature sig = signature(OpKind::kReduceScatter, o.dtype, o.op, -1, o.count);
-  kernels::WireDtype w;
-  if (wireApplies(comm, OpKind::kReduceScatter, o.dtype, o.op, bytes * static_cast<size_t>(comm.size()), &w)) {
-    return runWire(comm, sig, bytes, o, w, algo::reduceScatterRingWire, algo::reduceScatterPairwiseWire,
-                   algo::reduceScatterPairwiseInt8);
+  // MCCL_WIRE_DTYPE_MIN_BYTES counts the input, every rank's block.
+  if (const Algorithm* w = algo::wireAlgorithm(comm.config(), sig.op, o.dtype, o.op,
+                                               bytes * static_cast<size_t>(comm.size()))) {
+    return runAlgorithm(comm, sig, bytes, o, *w);
   }
   return run(comm, sig, bytes, o);
 }

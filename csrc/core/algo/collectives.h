@@ -48,9 +48,10 @@ std::shared_ptr<Work> allreduce(Communicator& comm, const AllreduceOptions& o);
 
 // What `comm` runs for one all-reduce, broadcast or reduce (`op`) of `count`
 // elements of `dtype` reduced with `rop`: the algorithm its agreed model and
-// settings choose ("torus", "bruck (radix 3)"), or the wire-dtype path that
-// replaces it ("bf16 wire, ring"). For benchmarks and tools; the same
-// decision the calls above make.
+// settings choose ("torus", "bruck (radix 3)"), or the wire algorithm that
+// replaces it, with the 16-bit wire's dtype ("ring_wire (bf16)",
+// "pairwise_int8"). For benchmarks and tools; the same decision the calls
+// above make, and the table's names, which the trace and errors show.
 std::string algorithmFor(const Communicator& comm, OpKind op, DataType dtype, ReduceOp rop, size_t count);
 
 // `buf` is the root's input and every other rank's output.

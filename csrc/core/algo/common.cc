@@ -8,6 +8,12 @@
 
 namespace mccl::algo {
 
+kernels::WireDtype wireDtypeOf(const CommConfig& cfg) {
+  kernels::WireDtype w = kernels::WireDtype::kFp32;
+  kernels::parseWireDtype(cfg.wireDtype, &w);
+  return w;
+}
+
 Partition::Partition(size_t count, int n) {
   const size_t parts = static_cast<size_t>(n);
   off.resize(parts);

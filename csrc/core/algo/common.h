@@ -9,11 +9,16 @@
 #include "algo/collectives.h"
 #include "comm/op_context.h"
 #include "comm/task.h"
+#include "reduce/wire.h"
 #include "util/check.h"
 
 namespace mccl::algo {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// The group's MCCL_WIRE_DTYPE (checked when the group was made), which the
+// wire algorithms send and the selector chooses them by.
+kernels::WireDtype wireDtypeOf(const CommConfig& cfg);
 
 // `count` elements split into n near-equal blocks (the first count % n get one more).
 struct Partition {

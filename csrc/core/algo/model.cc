@@ -1,6 +1,7 @@
 #include "algo/model.h"
 
 #include "algo/common.h"
+#include "reduce/wire_int8.h"
 
 #include <algorithm>
 #include <cmath>
@@ -285,6 +286,47 @@ double allgatherRingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
 
 double reduceScatterRingSeconds(const CostModel& m, size_t bytes, int n, size_t) {
   return n <= 1 ? 0.0 : (n - 1) * stepSeconds(m, static_cast<double>(bytes), 1);
+}
+
+namespace {
+
+// Wire bytes per float32 byte.
+constexpr double kWire16Ratio = 0.5;
+constexpr double kInt8Ratio =
+    static_cast<double>(kernels::kInt8GroupBytes) / (kernels::kInt8Group * sizeof(float));
+
+// A ring step that sends and receives `ratio` of x bytes of float32 and, with
+// `reduce`, adds the x bytes they decode to.
+double wireStepSeconds(const CostModel& m, double x, double ratio, bool reduce) {
+  return stepSeconds(m, ratio * x, reduce ? 1.0 / ratio : 0.0);
+}
+
+double allreduceWireSeconds(const CostModel& m, size_t bytes, int n, double ratio) {
+  if (n <= 1) return 0.0;
+  const double x = static_cast<double>(bytes), nn = n;
+  return (nn - 1) * (wireStepSeconds(m, x / nn, ratio, true) + wireStepSeconds(m, x / nn, ratio, false));
+}
+
+double reduceScatterWireSeconds(const CostModel& m, size_t bytes, int n, double ratio) {
+  return n <= 1 ? 0.0 : (n - 1) * wireStepSeconds(m, static_cast<double>(bytes), ratio, true);
+}
+
+}  // namespace
+
+double allreduceWire16Seconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return allreduceWireSeconds(m, bytes, n, kWire16Ratio);
+}
+
+double allreduceInt8Seconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return allreduceWireSeconds(m, bytes, n, kInt8Ratio);
+}
+
+double reduceScatterWire16Seconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return reduceScatterWireSeconds(m, bytes, n, kWire16Ratio);
+}
+
+double reduceScatterInt8Seconds(const CostModel& m, size_t bytes, int n, size_t) {
+  return reduceScatterWireSeconds(m, bytes, n, kInt8Ratio);
 }
 
 double exchangeSeconds(const CostModel& m, size_t bytes, int n, size_t) {

@@ -72,6 +72,15 @@ double reduceChainSeconds(const CostModel& m, size_t bytes, int n, size_t chunkB
 double reduceBinomialSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double allgatherRingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 double reduceScatterRingSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+// The wire algorithms (registry.h), for float32 buffers: the ring's steps
+// with each message's bytes scaled to the wire (16 bits: half; int8: 260
+// bytes per 256 values) and the reduction of the float32 values they carry.
+// The pairwise exchanges are priced as the ring: the same steps and bytes
+// per link. The conversions to and from the wire are not priced.
+double allreduceWire16Seconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double allreduceInt8Seconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double reduceScatterWire16Seconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
+double reduceScatterInt8Seconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);
 // n-1 messages to or from different peers at once (direct exchanges), with
 // and without reducing what arrives.
 double exchangeSeconds(const CostModel& m, size_t bytes, int n, size_t chunkBytes);

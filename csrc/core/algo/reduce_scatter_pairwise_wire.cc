@@ -8,10 +8,11 @@
 
 namespace mccl::algo {
 
-Task reduceScatterPairwiseWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w) {
+Task reduceScatterPairwiseWire(OpContext& ctx, ReduceScatterOptions o) {
+  const Wire16 w{wireDtypeOf(ctx.config())};
   const char* what = "wire dtype reduce-scatter";
-  if (o.dtype == DataType::kFloat64) return reduceScatterPairwiseCoded<double>(ctx, o, Wire16{w}, what);
-  return reduceScatterPairwiseCoded<float>(ctx, o, Wire16{w}, what);
+  if (o.dtype == DataType::kFloat64) return reduceScatterPairwiseCoded<double>(ctx, o, w, what);
+  return reduceScatterPairwiseCoded<float>(ctx, o, w, what);
 }
 
 }  // namespace mccl::algo

@@ -78,9 +78,10 @@ Task ringWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w) {
 
 }  // namespace
 
-Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w) {
+Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o) {
   MCCL_CHECK(o.dtype == DataType::kFloat32 || o.dtype == DataType::kFloat64,
              "wire dtype ring: float32 or float64 only");
+  const kernels::WireDtype w = wireDtypeOf(ctx.config());
   if (o.dtype == DataType::kFloat64) return ringWire<double>(ctx, o, w);
   return ringWire<float>(ctx, o, w);
 }

@@ -25,6 +25,12 @@ Task gatherDirect(OpContext& ctx, GatherOptions o);
 Task scatterDirect(OpContext& ctx, ScatterOptions o);
 Task alltoallPairwise(OpContext& ctx, AlltoallOptions o);
 Task barrierDissemination(OpContext& ctx);
+Task allreduceRingWire(OpContext& ctx, AllreduceOptions o);
+Task allreducePairwiseWire(OpContext& ctx, AllreduceOptions o);
+Task allreducePairwiseInt8(OpContext& ctx, AllreduceOptions o);
+Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o);
+Task reduceScatterPairwiseWire(OpContext& ctx, ReduceScatterOptions o);
+Task reduceScatterPairwiseInt8(OpContext& ctx, ReduceScatterOptions o);
 
 namespace {
 
@@ -36,6 +42,25 @@ bool rabenseifnerOn(int n, size_t share, size_t small) { return powerOfTwo(n) &&
 bool torusOn(int n, size_t share, size_t small) {
   return hasTorusGrid(n) && (share > small || !powerOfTwo(n));
 }
+
+// The wires (MCCL_WIRE_DTYPE, MCCL_WIRE_REDUCE): a 16-bit dtype by ring
+// (partial sums rounded at every hop: the fastest) or by pairwise exchange
+// (each input rounded once: an error that does not grow with the group; auto
+// takes it from 8 ranks); int8 by pairwise exchange whatever MCCL_WIRE_REDUCE
+// says (a partial sum is never encoded).
+bool sixteenBit(kernels::WireDtype w) {
+  return w == kernels::WireDtype::kBf16 || w == kernels::WireDtype::kFp16;
+}
+bool pairwiseReduce(const std::string& reduce, int n) {
+  return reduce == "pairwise" || (reduce == "auto" && n >= 8);
+}
+bool ringWireFor(kernels::WireDtype w, const std::string& reduce, int n) {
+  return sixteenBit(w) && !pairwiseReduce(reduce, n);
+}
+bool pairwiseWireFor(kernels::WireDtype w, const std::string& reduce, int n) {
+  return sixteenBit(w) && pairwiseReduce(reduce, n);
+}
+bool int8WireFor(kernels::WireDtype w, const std::string&, int) { return w == kernels::WireDtype::kInt8; }
 
 const char* nameOf(Algo id) {
   for (const auto& a : algorithms()) {
@@ -74,6 +99,19 @@ const std::vector<Algorithm>& algorithms() {
         {Algo::kPairwise, OpKind::kAlltoall, "pairwise", alltoallPairwise, exchangeSeconds},
         {Algo::kDissemination, OpKind::kBarrier, "dissemination", barrierDissemination,
          disseminationSeconds},
+        // The wires: taken by wireFor from MCCL_WIRE_DTYPE and MCCL_WIRE_REDUCE.
+        {Algo::kRingWire, OpKind::kAllreduce, "ring_wire", allreduceRingWire, allreduceWire16Seconds,
+         false, nullptr, 1.0, ringWireFor},
+        {Algo::kPairwiseWire, OpKind::kAllreduce, "pairwise_wire", allreducePairwiseWire,
+         allreduceWire16Seconds, false, nullptr, 1.0, pairwiseWireFor},
+        {Algo::kPairwiseInt8, OpKind::kAllreduce, "pairwise_int8", allreducePairwiseInt8,
+         allreduceInt8Seconds, false, nullptr, 1.0, int8WireFor},
+        {Algo::kRingWire, OpKind::kReduceScatter, "ring_wire", reduceScatterRingWire,
+         reduceScatterWire16Seconds, false, nullptr, 1.0, ringWireFor},
+        {Algo::kPairwiseWire, OpKind::kReduceScatter, "pairwise_wire", reduceScatterPairwiseWire,
+         reduceScatterWire16Seconds, false, nullptr, 1.0, pairwiseWireFor},
+        {Algo::kPairwiseInt8, OpKind::kReduceScatter, "pairwise_int8", reduceScatterPairwiseInt8,
+         reduceScatterInt8Seconds, false, nullptr, 1.0, int8WireFor},
     };
     return t;
   }();
@@ -99,7 +137,7 @@ const Algorithm* find(OpKind op, const std::string& name) {
 std::string algorithmsFor(OpKind op) {
   std::string s;
   for (const auto& a : algorithms()) {
-    if (a.op == op) s += strCat(s.empty() ? "" : ", ", a.name);
+    if (a.op == op && !a.isWire()) s += strCat(s.empty() ? "" : ", ", a.name);
   }
   return s;
 }

@@ -26,20 +26,6 @@ class OpContext;
 
 namespace mccl::algo {
 
-// The float32 all-reduce and reduce-scatter with a 16-bit wire
-// (MCCL_WIRE_DTYPE), by ring (partial sums rounded at every hop: the
-// fastest) or by pairwise exchange (each input rounded once: an error that
-// does not grow with the group); MCCL_WIRE_REDUCE picks. Not rows of the
-// table: collectives.cc runs them in place of the chosen algorithm when the
-// setting applies to the op.
-Task allreduceRingWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w);
-Task allreducePairwiseWire(OpContext& ctx, AllreduceOptions o, kernels::WireDtype w);
-Task reduceScatterRingWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w);
-Task reduceScatterPairwiseWire(OpContext& ctx, ReduceScatterOptions o, kernels::WireDtype w);
-// The same on the int8 wire (reduce/wire_int8.h), by pairwise exchange only.
-Task allreducePairwiseInt8(OpContext& ctx, AllreduceOptions o);
-Task reduceScatterPairwiseInt8(OpContext& ctx, ReduceScatterOptions o);
-
 // An entry point: a coroutine that takes its options by value (it outlives
 // the call that starts it). The options type says which collective it runs.
 template <typename O>
@@ -85,6 +71,14 @@ struct Algorithm {
   // smaller shares, where it was measured 1.9x faster than the ring (64 KiB
   // on 24 hosts, 256 KiB on 48), no margin (docs/benchmarks.md, "Scale").
   double largeShareMargin = 1.0;
+  // Wire algorithms: float32 (and float64) SUM/AVG sent in the group's
+  // MCCL_WIRE_DTYPE instead of their own dtype (the entry reads it from the
+  // group's config; `cost` prices float32 buffers). Whether this one is the
+  // algorithm for wire dtype `w` under MCCL_WIRE_REDUCE `reduce` on n ranks;
+  // null for the others. Wire rows are chosen by the wire settings (select.h,
+  // wireAlgorithm), never by the cost model or MCCL_ALGO.
+  bool (*wireFor)(kernels::WireDtype w, const std::string& reduce, int n) = nullptr;
+  bool isWire() const { return wireFor != nullptr; }
 };
 
 // Every algorithm; per collective in order of preference (the first wins
@@ -93,9 +87,11 @@ const std::vector<Algorithm>& algorithms();
 // The row of algorithm `id` for collective `op`; throws an internal error
 // when there is none.
 const Algorithm& algorithm(OpKind op, Algo id);
-// The row for collective `op` named `name` (as in MCCL_ALGO), or null.
+// The row for collective `op` named `name`, or null (wire rows included:
+// MCCL_ALGO refuses those itself).
 const Algorithm* find(OpKind op, const std::string& name);
-// "ring, recursive_doubling, direct": the algorithms of `op`.
+// "ring, recursive_doubling, direct": the algorithms of `op` that MCCL_ALGO
+// may name (not the wire rows).
 std::string algorithmsFor(OpKind op);
 // Whether `name` is a collective that has algorithms ("allreduce", ...).
 bool isCollective(const std::string& name);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algo/common.h"
 #include "algo/model.h"
 #include "algo/registry.h"
 #include "util/check.h"
@@ -24,7 +25,7 @@ const Algorithm* forced(const std::string& spec, OpKind op) {
     std::string coll = item.substr(0, eq), name = item.substr(eq + 1);
     MCCL_USAGE_CHECK(isCollective(coll), "MCCL_ALGO names unknown collective '", coll, "'");
     if (coll != opKindName(op)) continue;
-    if (const Algorithm* a = find(op, name)) return a;
+    if (const Algorithm* a = find(op, name); a != nullptr && !a->isWire()) return a;
     throwError(ErrorKind::kUsage, "MCCL_ALGO: '", name, "' is not an algorithm for ", coll,
                " (choose from ", algorithmsFor(op), ")");
   }
@@ -37,12 +38,12 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
                                  size_t bytes) {
   if (const Algorithm* f = forced(cfg.algo, op)) return *f;
   size_t candidates = 0;
-  for (const auto& a : algorithms()) candidates += a.op == op ? 1 : 0;
+  for (const auto& a : algorithms()) candidates += a.op == op && !a.isWire() ? 1 : 0;
   const Algorithm* best = nullptr;
   double bestCost = 0;
   const size_t share = bytes / static_cast<size_t>(std::max(1, cfg.size));
   for (const auto& a : algorithms()) {
-    if (a.op != op || (a.smallOnly && candidates > 1 && bytes > cfg.smallBytes)) continue;
+    if (a.op != op || a.isWire() || (a.smallOnly && candidates > 1 && bytes > cfg.smallBytes)) continue;
     if (a.candidateOn != nullptr && candidates > 1 && !a.candidateOn(cfg.size, share, cfg.smallBytes)) {
       continue;
     }
@@ -55,6 +56,20 @@ const Algorithm& chooseAlgorithm(const CommConfig& cfg, const CostModel& model, 
   }
   if (best == nullptr) throwError(ErrorKind::kInternal, "no algorithms for ", opKindName(op));
   return *best;
+}
+
+const Algorithm* wireAlgorithm(const CommConfig& cfg, OpKind op, DataType dtype, ReduceOp rop,
+                               size_t bytes) {
+  const kernels::WireDtype w = wireDtypeOf(cfg);
+  if (w == kernels::WireDtype::kFp32 || (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) ||
+      (rop != ReduceOp::kSum && rop != ReduceOp::kAvg) || bytes < cfg.wireDtypeMinBytes || cfg.size <= 1 ||
+      forcedFor(cfg, op)) {
+    return nullptr;
+  }
+  for (const auto& a : algorithms()) {
+    if (a.op == op && a.isWire() && a.wireFor(w, cfg.wireReduce, cfg.size)) return &a;
+  }
+  return nullptr;
 }
 
 std::string chosenName(const CommConfig& cfg, const CostModel& model, OpKind op, size_t bytes) {

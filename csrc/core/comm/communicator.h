@@ -9,9 +9,16 @@
 //   p2p.h         send / recv (eager, or RTS/CTS for large messages)
 //   watchdog.h    deadlines, forcing failed ops to retire
 //   matching.h    frames to posted receives (and unexpected buffering)
+//   abort_relay.h a failure's ABORT to the next live rank no connection
+//                 would tell (thread "mccl-relay")
+//   peer_probe.h  dials a silent peer this rank waits for, to learn whether
+//                 it is gone (thread "mccl-probe")
 //
-// and owns what spans them: poison (the first error fails every pending and
-// later op and tells the peers) and the life cycle (abort, shutdown).
+// The other headers of comm/ are values and plumbing the rooms pass around,
+// with no thread of their own (docs/architecture.md lists them). The
+// communicator owns what spans the rooms: poison (the first error fails
+// every pending and later op and tells the peers) and the life cycle
+// (abort, shutdown).
 //
 // Bootstrap (create): each rank listens on an ephemeral port (or one from
 // MCCL_PORT_RANGE) of the chosen interface and publishes "host:port" in the

@@ -27,6 +27,9 @@ enum class Algo : uint8_t {
   kRabenseifner = 9,
   kRecursiveMultiplying = 10,
   kTorus = 11,
+  kRingWire = 12,      // the float32 sums of MCCL_WIRE_DTYPE=bf16|fp16, by ring
+  kPairwiseWire = 13,  // the same by pairwise exchange (MCCL_WIRE_REDUCE)
+  kPairwiseInt8 = 14,  // the float32 sums of MCCL_WIRE_DTYPE=int8
 };
 // "ring"; "none" for kNone; "algorithm #N" for an id no table names.
 std::string algoName(Algo a);

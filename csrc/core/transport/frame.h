@@ -49,8 +49,10 @@ constexpr uint32_t kFrameMagic = 0x4C43434Du;  // "MCCL" in memory order
 // 4: the handshake's MAC covers the connector's listening port and yields
 // the session key. 5: recursive doubling folds onto the cost model's
 // leaders (rdLeaders): its messages go elsewhere than a version 4 rank
-// expects, so the two must not share a job.
-constexpr uint16_t kProtocolVersion = 5;
+// expects, so the two must not share a job. 6: the wire dtypes' algorithms
+// carry ids of their own (ring_wire, pairwise_wire, pairwise_int8), where a
+// version 5 rank stamps the ring's.
+constexpr uint16_t kProtocolVersion = 6;
 constexpr size_t kFrameHeaderBytes = 72;
 // Hard ceiling on one frame's payload whatever MCCL_FRAME_BYTES says; frames
 // are also bounded by the receiver's configured limit.

@@ -10,8 +10,8 @@
     mccl-bench wire-accuracy --real --ns 2,3,4          # the same from real all-reduces on N ranks
     mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
-    mccl-bench scaling-report s1.json s2.json s3.json   # repeats of it: medians and ranges (--plot)
-    mccl-bench scale-report n16.json n24.json n48.json  # sweeps at several N: % of goodput per N (--plot)
+    mccl-bench training-report s1.json s2.json s3.json  # repeats of it: medians and ranges (--plot)
+    mccl-bench collectives-report n16.json n24.json     # collective sweeps at several N: % of goodput (--plot)
     MCCL_TRACE_DIR=t mccl-bench ...; mccl-bench trace-report t   # where a small op's time goes
     mccl-bench --tune --nproc 4                         # measure and cache the cost model
     mccl-bench --netlab mccl --nproc 4 -b 64K -e 64M    # ranks on network-lab hosts, % of goodput
@@ -20,13 +20,18 @@
 
 Without RANK in the environment it starts --nproc local ranks itself (rank
 0's output is shown live); under torchrun each process is one rank.
+training-report and collectives-report were called scaling-report and
+scale-report; those names still work.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 from .common import OPS, parse_size, sizes
 from ..workloads import OPTIMIZERS
@@ -51,169 +56,221 @@ def _common(p: argparse.ArgumentParser):
                         "busbw as a share of the lab's measured TCP goodput")
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mccl-bench", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
-    sub = ap.add_subparsers(dest="mode")
-    c = sub.add_parser("collectives", help="the collective sweep (default)")
-    for p in (ap, c):
-        _common(p)
-        p.add_argument("--ops", default=",".join(OPS), help=f"comma list from {','.join(OPS)}")
-        p.add_argument("-b", "--min-bytes", default="8", help="smallest size (e.g. 8, 64K)")
-        p.add_argument("-e", "--max-bytes", default="64M", help="largest size")
-        p.add_argument("-f", "--factor", type=int, default=4, help="size multiplier between rows")
-        p.add_argument("--sizes", default="", help="comma list of sizes (e.g. 8,64K,1M,64M) instead of -b/-e/-f")
-        p.add_argument("--dtype", default="float32")
-        p.add_argument("--vs", choices=["gloo", "none"], default="gloo", help="compare with Gloo in the same run")
-        p.add_argument("--wire-security", default="",
-                       help="also time mccl groups with these MCCL_WIRE_SECURITY modes (comma list of "
-                            "integrity, encrypt), interleaved with the unprotected one in the same run")
-        p.add_argument("--wire-dtype", default="",
-                       help="also time mccl groups with these MCCL_WIRE_DTYPE values (comma list of bf16, "
-                            "fp16, int8), interleaved with the float32 one; busbw counts float32 bytes")
-        p.add_argument("--bf16-hook", action="store_true",
-                       help="also time Gloo the way PyTorch's bf16_compress_hook uses it (a bfloat16 copy "
-                            "divided by the world size, all-reduced, copied back); all_reduce only")
-        p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median reported)")
-        p.add_argument("--target", type=float, default=0.25, help="seconds per timed round")
-        p.add_argument("--min-iters", type=int, default=3)
-        p.add_argument("--max-iters", type=int, default=2000)
-        p.add_argument("--cpu", action="store_true",
-                       help="print each row's CPU time per op of all ranks together and the cores it kept "
-                            "busy (always in --json)")
-        p.add_argument("--json", help="write results to this JSON file")
-        p.add_argument("--plot", help="draw busbw and latency against size to this PNG")
-        p.add_argument("--tune", action="store_true",
-                       help="measure the cost model on these ranks and cache it (see mccl.bench.tune)")
-        p.add_argument("--tune-bytes", type=int, default=16 << 20, help="size of the ring run of --tune")
-    d = sub.add_parser("ddp", help="DDP step time: mccl, Gloo, no sync and world size 1")
-    _common(d)
-    d.add_argument("--steps", type=int, default=30)
-    d.add_argument("--warmup", type=int, default=5)
-    d.add_argument("--batch", type=int, default=32)
-    d.add_argument("--width", type=int, default=1024)
-    d.add_argument("--depth", type=int, default=6)
-    d.add_argument("--bucket-mb", type=float, default=25.0)
-    d.add_argument("--json")
-    sc = sub.add_parser("scaling", help="ViT training at N = 1, 2, 4 ranks: samples/s, efficiency, overlap")
-    sc.add_argument("--ns", default="1,2,4", help="rank counts (1 first: the baseline)")
-    sc.add_argument("--backends", default="mccl,gloo")
-    sc.add_argument("--preset", default="small", help="ViT preset: tiny, small, small-deep (small's bytes in the reference's 16 blocks), small-deep-lean (the same on 8x8 images: a third of the CPU work), vit-113m")
-    sc.add_argument("--batch", type=int, default=16)
-    sc.add_argument("--steps", type=int, default=10)
-    sc.add_argument("--warmup", type=int, default=2)
-    sc.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
-    sc.add_argument("--bf16", action="store_true")
-    sc.add_argument("--emulate-ms", type=float, default=0.0,
-                    help="emulated device time per step (see python -m mccl.workloads.vit --help)")
-    sc.add_argument("--emulate-queue", action="store_true",
-                    help="the emulated device runs its blocks back to back, the host's work overlapped "
-                         "(see python -m mccl.workloads.vit --help)")
-    sc.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
-                    help="the workload's optimizer (see python -m mccl.workloads.vit --help)")
-    sc.add_argument("--bucket-mb", type=float, default=0.0, help="DDP bucket size (0: the workload's 25)")
-    sc.add_argument("--fsdp", action="store_true", help="FSDP2 (all-gather + reduce-scatter) instead of DDP")
-    sc.add_argument("--trace-buckets", action="store_true",
-                    help="DDP: time every gradient bucket; adds the tail after the last bucket was ready and, "
-                         "given the links' rate, how far the all-reduces end after the earliest time they could")
-    sc.add_argument("--link-gbit", type=float, default=0.0,
-                    help="links' TCP goodput for --trace-buckets (default: the lab's measured goodput)")
-    sc.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
-    sc.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
-    sc.add_argument("--timeout", type=float, default=3600)
-    sc.add_argument("--json")
-    sc.add_argument("--plot")
-    sr = sub.add_parser("scaling-report", help="repeated `scaling --json` runs in one table: medians and ranges")
-    sr.add_argument("files", nargs="+", metavar="JSON")
-    sr.add_argument("--plot", help="efficiency against ranks, one panel per workload")
-    sl = sub.add_parser("scale-report", help="`mccl-bench --json` sweeps at several world sizes in one table")
-    sl.add_argument("files", nargs="+", metavar="JSON")
-    sl.add_argument("--goodput", type=_positive_float, metavar="GBPS",
-                    help="the links' TCP goodput in GB/s for every file (default: each file's measured one)")
-    sl.add_argument("--plot", help="% of goodput against hosts, one panel per op")
-    tr = sub.add_parser("trace-report", help="latency breakdown from the event traces of MCCL_TRACE_DIR")
-    tr.add_argument("dir", metavar="DIR", help="the MCCL_TRACE_DIR the ranks ran with (one machine)")
-    tr.add_argument("--group", type=int, help="the group id to report (default: the one with the most ops)")
-    tr.add_argument("--json", help="write the report as JSON")
-    mm = sub.add_parser("matmul", help="FP32/TF32/BF16 matrix-product TFLOP/s of this device (no ranks)")
-    mm.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
-    mm.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
-    mm.add_argument("--repeats", type=int, default=5)
-    mm.add_argument("--json")
-    el = sub.add_parser("elastic", help="mccl.elastic: join, graceful leave and crash stalls, boundary cost")
-    el.add_argument("--netlab", metavar="NAME", help="member i on host i of this network lab, store on h0")
-    el.add_argument("--initial", type=int, default=4, help="members at the start (one more joins)")
-    el.add_argument("--params-mb", type=float, default=64.0, help="model weights in MB (float32)")
-    el.add_argument("--step-ms", type=float, default=300.0, help="emulated device time per step")
-    el.add_argument("--stable-steps", type=int, default=12, help="steps before the first change")
-    el.add_argument("--repeats", type=int, default=1)
-    el.add_argument("--job", default="bench")
-    el.add_argument("--anchor", action="store_true",
-                    help="also time torchrun's elastic restart (--nnodes MIN:MAX, Gloo) on the same hosts")
-    el.add_argument("--anchor-timeout-s", type=float, default=600.0,
-                    help="give up on a torchrun phase after this long (the error shows each host's log)")
-    el.add_argument("--json", help="write every run's figures here")
-    el.add_argument("--checkpoint-every-s", type=float, default=0.0,
-                    help="members get a checkpoint folder and rank 0 saves in the background this often: "
-                         "the stall of a save, against the step")
-    el.add_argument("--week", action="store_true",
-                    help="instead: a week of nights (dusk, churn, dawn; a store fault mid-week), one member per "
-                         "host of --netlab (or --hosts here)")
-    el.add_argument("--store", choices=["tcp", "etcd"], default="tcp",
-                    help="the job's store: `mccl elastic serve` on host 0, or a 3-node etcd cluster on hosts 0-2 "
-                         "(--week kills its leader mid-week)")
-    el.add_argument("--nights", type=int, default=7)
-    el.add_argument("--hosts", type=int, default=6, help="--week without --netlab: members on this machine")
-    el.add_argument("--outage-s", type=float, default=60.0, help="--week --store tcp: how long the store is down")
-    el.add_argument("--timeout-s", type=float, default=30.0, help="--week: the members' timeout_s")
-    sl = sub.add_parser("status-load", help="the fleet's status page with 200 simulated members and agents: "
-                                            "coordinator CPU, page load, member-side cost")
-    sl.add_argument("--members", type=int, default=200)
-    sl.add_argument("--agents", type=int, default=220)
-    sl.add_argument("--viewers", type=int, default=5, help="browsers polling /api/fleet every second")
-    sl.add_argument("--seconds", type=float, default=60.0, help="the measured stretch")
-    sl.add_argument("--settle-s", type=float, default=10.0, help="before measuring")
-    sl.add_argument("--change-s", type=float, default=15.0, help="a membership change this often")
-    sl.add_argument("--sample-s", type=float, default=10.0, help="the coordinator's series sampling")
-    sl.add_argument("--step-ms", type=float, default=300.0, help="a typical step, for the member side's share")
-    sl.add_argument("--loads", type=int, default=20, help="page loads over HTTP")
-    sl.add_argument("--no-browser", action="store_true", help="skip the headless Chromium load")
-    sl.add_argument("--json")
-    wa = sub.add_parser("wire-accuracy",
-                        help="error of a 16-bit wire: mccl's against bf16_compress_hook's (simulated, or --real)")
-    wa.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate (with --real: to run)")
-    wa.add_argument("--elements", type=int, default=1 << 20)
-    wa.add_argument("--real", action="store_true",
-                    help="run real all-reduces with N ranks (and Gloo + the hook's arithmetic) instead of "
-                         "simulating; checks MCCL's results bit for bit against the simulation")
-    wa.add_argument("--netlab", metavar="NAME", help="with --real: rank r on host r of this network lab")
-    wa.add_argument("--timeout", type=float, default=600)
-    wa.add_argument("--json")
-    wt = sub.add_parser("wire-train", help="ViT DDP with each wire compression: samples/s and loss curves")
-    wt.add_argument("--nproc", type=int, default=4)
-    wt.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
-    wt.add_argument("--configs", default=None,
-                    help="comma list from: mccl fp32, mccl bf16 wire, mccl fp16 wire, mccl int8 wire, gloo, "
-                         "gloo + bf16_compress_hook (default: all but fp16)")
-    wt.add_argument("--seeds", default="0,1,2", help="one run per configuration per seed")
-    wt.add_argument("--preset", default="small")
-    wt.add_argument("--batch", type=int, default=2)
-    wt.add_argument("--steps", type=int, default=40)
-    wt.add_argument("--warmup", type=int, default=2)
-    wt.add_argument("--emulate-ms", type=float, default=160.0)
-    wt.add_argument("--bucket-mb", type=float, default=2.0)
-    wt.add_argument("--timeout", type=float, default=1800)
-    wt.add_argument("--json")
-    wt.add_argument("--plot")
-    m = sub.add_parser("memory", help="peak resident memory of one all_reduce")
-    _common(m)
-    m.add_argument("--size", default="256M")
-    m.add_argument("--json")
-    return ap
+# ---- each mode's arguments ---------------------------------------------------------
+
+def _collectives_args(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma list from {','.join(OPS)}")
+    p.add_argument("-b", "--min-bytes", default="8", help="smallest size (e.g. 8, 64K)")
+    p.add_argument("-e", "--max-bytes", default="64M", help="largest size")
+    p.add_argument("-f", "--factor", type=int, default=4, help="size multiplier between rows")
+    p.add_argument("--sizes", default="", help="comma list of sizes (e.g. 8,64K,1M,64M) instead of -b/-e/-f")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--vs", choices=["gloo", "none"], default="gloo", help="compare with Gloo in the same run")
+    p.add_argument("--wire-security", default="",
+                   help="also time mccl groups with these MCCL_WIRE_SECURITY modes (comma list of "
+                        "integrity, encrypt), interleaved with the unprotected one in the same run")
+    p.add_argument("--wire-dtype", default="",
+                   help="also time mccl groups with these MCCL_WIRE_DTYPE values (comma list of bf16, "
+                        "fp16, int8), interleaved with the float32 one; busbw counts float32 bytes")
+    p.add_argument("--bf16-hook", action="store_true",
+                   help="also time Gloo the way PyTorch's bf16_compress_hook uses it (a bfloat16 copy "
+                        "divided by the world size, all-reduced, copied back); all_reduce only")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median reported)")
+    p.add_argument("--target", type=float, default=0.25, help="seconds per timed round")
+    p.add_argument("--min-iters", type=int, default=3)
+    p.add_argument("--max-iters", type=int, default=2000)
+    p.add_argument("--cpu", action="store_true",
+                   help="print each row's CPU time per op of all ranks together and the cores it kept "
+                        "busy (always in --json)")
+    p.add_argument("--json", help="write results to this JSON file")
+    p.add_argument("--plot", help="draw busbw and latency against size to this PNG")
+    p.add_argument("--tune", action="store_true",
+                   help="measure the cost model on these ranks and cache it (see mccl.bench.tune)")
+    p.add_argument("--tune-bytes", type=int, default=16 << 20, help="size of the ring run of --tune")
 
 
-def _worker(args) -> int:
+def _ddp_args(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--depth", type=int, default=6)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--json")
+
+
+def _scaling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ns", default="1,2,4", help="rank counts (1 first: the baseline)")
+    p.add_argument("--backends", default="mccl,gloo")
+    p.add_argument("--preset", default="small", help="ViT preset: tiny, small, small-deep (small's bytes in the reference's 16 blocks), small-deep-lean (the same on 8x8 images: a third of the CPU work), vit-113m")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--emulate-ms", type=float, default=0.0,
+                   help="emulated device time per step (see python -m mccl.workloads.vit --help)")
+    p.add_argument("--emulate-queue", action="store_true",
+                   help="the emulated device runs its blocks back to back, the host's work overlapped "
+                        "(see python -m mccl.workloads.vit --help)")
+    p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                   help="the workload's optimizer (see python -m mccl.workloads.vit --help)")
+    p.add_argument("--bucket-mb", type=float, default=0.0, help="DDP bucket size (0: the workload's 25)")
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 (all-gather + reduce-scatter) instead of DDP")
+    p.add_argument("--trace-buckets", action="store_true",
+                   help="DDP: time every gradient bucket; adds the tail after the last bucket was ready and, "
+                        "given the links' rate, how far the all-reduces end after the earliest time they could")
+    p.add_argument("--link-gbit", type=float, default=0.0,
+                   help="links' TCP goodput for --trace-buckets (default: the lab's measured goodput)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    p.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
+    p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--json")
+    p.add_argument("--plot")
+
+
+def _training_report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="JSON")
+    p.add_argument("--plot", help="efficiency against ranks, one panel per workload")
+
+
+def _collectives_report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="JSON")
+    p.add_argument("--goodput", type=_positive_float, metavar="GBPS",
+                   help="the links' TCP goodput in GB/s for every file (default: each file's measured one)")
+    p.add_argument("--plot", help="%% of goodput against hosts, one panel per op")
+
+
+def _trace_report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="the MCCL_TRACE_DIR the ranks ran with (one machine)")
+    p.add_argument("--group", type=int, help="the group id to report (default: the one with the most ops)")
+    p.add_argument("--json", help="write the report as JSON")
+
+
+def _matmul_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    p.add_argument("-n", type=int, default=0, help="matrix size (default: 1024 cpu, 4096 mps, 8192 cuda)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json")
+
+
+def _elastic_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--netlab", metavar="NAME", help="member i on host i of this network lab, store on h0")
+    p.add_argument("--initial", type=int, default=4, help="members at the start (one more joins)")
+    p.add_argument("--params-mb", type=float, default=64.0, help="model weights in MB (float32)")
+    p.add_argument("--step-ms", type=float, default=300.0, help="emulated device time per step")
+    p.add_argument("--stable-steps", type=int, default=12, help="steps before the first change")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--job", default="bench")
+    p.add_argument("--anchor", action="store_true",
+                   help="also time torchrun's elastic restart (--nnodes MIN:MAX, Gloo) on the same hosts")
+    p.add_argument("--anchor-timeout-s", type=float, default=600.0,
+                   help="give up on a torchrun phase after this long (the error shows each host's log)")
+    p.add_argument("--json", help="write every run's figures here")
+    p.add_argument("--checkpoint-every-s", type=float, default=0.0,
+                   help="members get a checkpoint folder and rank 0 saves in the background this often: "
+                        "the stall of a save, against the step")
+    p.add_argument("--week", action="store_true",
+                   help="instead: a week of nights (dusk, churn, dawn; a store fault mid-week), one member per "
+                        "host of --netlab (or --hosts here)")
+    p.add_argument("--store", choices=["tcp", "etcd"], default="tcp",
+                   help="the job's store: `mccl elastic serve` on host 0, or a 3-node etcd cluster on hosts 0-2 "
+                        "(--week kills its leader mid-week)")
+    p.add_argument("--nights", type=int, default=7)
+    p.add_argument("--hosts", type=int, default=6, help="--week without --netlab: members on this machine")
+    p.add_argument("--outage-s", type=float, default=60.0, help="--week --store tcp: how long the store is down")
+    p.add_argument("--timeout-s", type=float, default=30.0, help="--week: the members' timeout_s")
+
+
+def _status_load_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--members", type=int, default=200)
+    p.add_argument("--agents", type=int, default=220)
+    p.add_argument("--viewers", type=int, default=5, help="browsers polling /api/fleet every second")
+    p.add_argument("--seconds", type=float, default=60.0, help="the measured stretch")
+    p.add_argument("--settle-s", type=float, default=10.0, help="before measuring")
+    p.add_argument("--change-s", type=float, default=15.0, help="a membership change this often")
+    p.add_argument("--sample-s", type=float, default=10.0, help="the coordinator's series sampling")
+    p.add_argument("--step-ms", type=float, default=300.0, help="a typical step, for the member side's share")
+    p.add_argument("--loads", type=int, default=20, help="page loads over HTTP")
+    p.add_argument("--no-browser", action="store_true", help="skip the headless Chromium load")
+    p.add_argument("--json")
+
+
+def _wire_accuracy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ns", default="2,3,4,8,24,200", help="world sizes to simulate (with --real: to run)")
+    p.add_argument("--elements", type=int, default=1 << 20)
+    p.add_argument("--real", action="store_true",
+                   help="run real all-reduces with N ranks (and Gloo + the hook's arithmetic) instead of "
+                        "simulating; checks MCCL's results bit for bit against the simulation")
+    p.add_argument("--netlab", metavar="NAME", help="with --real: rank r on host r of this network lab")
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--json")
+
+
+def _wire_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--netlab", metavar="NAME", help="rank r on host r of this network lab")
+    p.add_argument("--configs", default=None,
+                   help="comma list from: mccl fp32, mccl bf16 wire, mccl fp16 wire, mccl int8 wire, gloo, "
+                        "gloo + bf16_compress_hook (default: all but fp16)")
+    p.add_argument("--seeds", default="0,1,2", help="one run per configuration per seed")
+    p.add_argument("--preset", default="small")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--emulate-ms", type=float, default=160.0)
+    p.add_argument("--bucket-mb", type=float, default=2.0)
+    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--json")
+    p.add_argument("--plot")
+
+
+def _memory_args(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--size", default="256M")
+    p.add_argument("--json")
+
+
+# ---- how each mode runs ------------------------------------------------------------
+
+# run(args, argv) -> exit code; argv is the command line (ranks started here run it again).
+Run = Callable[[argparse.Namespace, list[str]], int]
+
+
+def _in_process(module: str, exit_code: bool = False) -> Run:
+    """A mode that runs in this process: `module`'s run(args), imported when
+    the mode runs; the exit code is what run returns where `exit_code`, else 0."""
+    def run(args: argparse.Namespace, argv: list[str]) -> int:
+        rc = importlib.import_module(f".{module}", __package__).run(args)
+        return rc if exit_code else 0
+    return run
+
+
+def _wire_train(args: argparse.Namespace, argv: list[str]) -> int:
+    from . import wire_train
+    if args.configs is None:
+        args.configs = wire_train.DEFAULT
+    wire_train.run(args)
+    return 0
+
+
+def _on_ranks(body: Callable[[argparse.Namespace, object], None],
+              timed: Callable[[argparse.Namespace], bool] | None = None) -> Run:
+    """A mode that runs on every rank of a job: under torchrun (RANK set)
+    this process is one rank and runs `body(args, spans)` in the default
+    group (`spans`: how long that group took to start, where timed(args));
+    otherwise it starts --nproc local ranks (or one per --netlab host) that
+    run this same command line."""
+    def run(args: argparse.Namespace, argv: list[str]) -> int:
+        if "RANK" in os.environ:
+            return _worker(args, body, timed is not None and timed(args))
+        return _launch(args, argv)
+    return run
+
+
+def _worker(args, body, timed: bool) -> int:
     import torch
     import torch.distributed as dist
 
@@ -225,8 +282,8 @@ def _worker(args) -> int:
     tune_file = os.environ.get("MCCL_TUNE_FILE")
     if getattr(args, "tune", False) and tune_file and not os.path.exists(tune_file):
         del os.environ["MCCL_TUNE_FILE"]  # --tune creates it; groups start from the defaults
-    sweep = args.mode in (None, "collectives") and not getattr(args, "tune", False)
-    if sweep:
+    spans = None
+    if timed:
         from . import startup
         spans = startup.timed_init("mccl")
     else:
@@ -234,81 +291,13 @@ def _worker(args) -> int:
     if tune_file:
         os.environ["MCCL_TUNE_FILE"] = tune_file
     try:
-        if args.mode == "ddp":
-            from . import ddp
-            ddp.run(args)
-        elif args.mode == "memory":
-            from . import memory
-            memory.run(args)
-        elif getattr(args, "tune", False):
-            from . import tune
-            tune.run(args)
-        else:
-            from . import collectives
-            args.startup = startup.report(*spans) if args.vs == "gloo" else None
-            records = collectives.run(args)
-            if args.plot and dist.get_rank() == 0:
-                from .plot import plot
-                plot(records, args.plot)
-                print(f"# wrote {args.plot}", flush=True)
+        body(args, spans)
     finally:
         dist.destroy_process_group()
     return 0
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
-    if args.mode in (None, "collectives"):
-        args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
-        bad = [o for o in args.ops if o not in OPS]
-        if bad:
-            parser().error(f"unknown ops {bad}; choose from {OPS}")
-        try:
-            args.sizes = ([parse_size(x) for x in args.sizes.split(",")] if args.sizes
-                          else sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor))
-        except ValueError as e:
-            parser().error(str(e))
-        args.vs = None if args.vs == "none" else args.vs
-    if args.mode == "scaling":
-        from . import scaling
-        scaling.run(args)
-        return 0
-    if args.mode == "elastic":
-        from . import elastic
-        elastic.run(args)
-        return 0
-    if args.mode == "status-load":
-        from . import status_load
-        status_load.run(args)
-        return 0
-    if args.mode == "trace-report":
-        from . import trace_report
-        return trace_report.run(args)
-    if args.mode == "scale-report":
-        from . import scale_report
-        scale_report.run(args)
-        return 0
-    if args.mode == "scaling-report":
-        from . import scaling_report
-        scaling_report.run(args)
-        return 0
-    if args.mode == "matmul":
-        from . import matmul
-        matmul.run(args)
-        return 0
-    if args.mode == "wire-train":
-        from . import wire_train
-        if args.configs is None:
-            args.configs = wire_train.DEFAULT
-        wire_train.run(args)
-        return 0
-    if args.mode == "wire-accuracy":
-        from . import wire_accuracy
-        wire_accuracy.run(args)
-        return 0
-    if "RANK" in os.environ:
-        return _worker(args)
+def _launch(args, argv: list[str]) -> int:
     from ..launch import run_tool
 
     def on_lab(lab, env):
@@ -325,3 +314,103 @@ def main(argv=None) -> int:
 
     return run_tool("mccl.bench", argv, args.nproc, timeout=args.timeout, tool="mccl-bench",
                     netlab=args.netlab, on_lab=on_lab)
+
+
+def _sweep_or_tune(args, spans) -> None:
+    """A rank of the collective sweep, or of --tune."""
+    if args.tune:
+        from . import tune
+        tune.run(args)
+        return
+    import torch.distributed as dist
+
+    from . import collectives, startup
+    args.startup = startup.report(*spans) if args.vs == "gloo" else None
+    records = collectives.run(args)
+    if args.plot and dist.get_rank() == 0:
+        from .plot import plot
+        plot(records, args.plot)
+        print(f"# wrote {args.plot}", flush=True)
+
+
+def _rank_of(module: str) -> Callable[[argparse.Namespace, object], None]:
+    """A rank's body that is `module`'s run(args)."""
+    def body(args, spans) -> None:
+        importlib.import_module(f".{module}", __package__).run(args)
+    return body
+
+
+_sweep_on_ranks = _on_ranks(_sweep_or_tune, timed=lambda args: not args.tune)
+
+
+def _collectives(args: argparse.Namespace, argv: list[str]) -> int:
+    """The collective sweep (also the mode without a name): its ops and
+    sizes checked here, before any rank starts."""
+    args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    bad = [o for o in args.ops if o not in OPS]
+    if bad:
+        parser().error(f"unknown ops {bad}; choose from {OPS}")
+    try:
+        args.sizes = ([parse_size(x) for x in args.sizes.split(",")] if args.sizes
+                      else sizes(parse_size(args.min_bytes), parse_size(args.max_bytes), args.factor))
+    except ValueError as e:
+        parser().error(str(e))
+    args.vs = None if args.vs == "none" else args.vs
+    return _sweep_on_ranks(args, argv)
+
+
+# ---- the modes ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mode:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Run
+    aliases: tuple[str, ...] = ()  # former names, still accepted
+
+
+# `mccl-bench MODE ...`, in the order --help lists them. A mode is its row
+# here: help, its arguments, how it runs. Without a mode: collectives.
+MODES: dict[str, Mode] = {
+    "collectives": Mode("the collective sweep (default)", _collectives_args, _collectives),
+    "ddp": Mode("DDP step time: mccl, Gloo, no sync and world size 1", _ddp_args, _on_ranks(_rank_of("ddp"))),
+    "scaling": Mode("ViT training at N = 1, 2, 4 ranks: samples/s, efficiency, overlap", _scaling_args,
+                    _in_process("scaling")),
+    "training-report": Mode("repeated `scaling --json` runs in one table: medians and ranges",
+                            _training_report_args, _in_process("training_report"), aliases=("scaling-report",)),
+    "collectives-report": Mode("`mccl-bench --json` sweeps at several world sizes in one table",
+                               _collectives_report_args, _in_process("collectives_report"),
+                               aliases=("scale-report",)),
+    "trace-report": Mode("latency breakdown from the event traces of MCCL_TRACE_DIR", _trace_report_args,
+                         _in_process("trace_report", exit_code=True)),
+    "matmul": Mode("FP32/TF32/BF16 matrix-product TFLOP/s of this device (no ranks)", _matmul_args,
+                   _in_process("matmul")),
+    "elastic": Mode("mccl.elastic: join, graceful leave and crash stalls, boundary cost", _elastic_args,
+                    _in_process("elastic")),
+    "status-load": Mode("the fleet's status page with 200 simulated members and agents: "
+                        "coordinator CPU, page load, member-side cost", _status_load_args,
+                        _in_process("status_load")),
+    "wire-accuracy": Mode("error of a 16-bit wire: mccl's against bf16_compress_hook's (simulated, or --real)",
+                          _wire_accuracy_args, _in_process("wire_accuracy")),
+    "wire-train": Mode("ViT DDP with each wire compression: samples/s and loss curves", _wire_train_args,
+                       _wire_train),
+    "memory": Mode("peak resident memory of one all_reduce", _memory_args, _on_ranks(_rank_of("memory"))),
+}
+_NAMES = {alias: name for name, mode in MODES.items() for alias in (name, *mode.aliases)}
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mccl-bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    sub = ap.add_subparsers(dest="mode")
+    MODES["collectives"].add_arguments(ap)  # the mode without a name
+    for name, mode in MODES.items():
+        mode.add_arguments(sub.add_parser(name, help=mode.help, aliases=list(mode.aliases)))
+    return ap
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    return MODES[_NAMES[args.mode or "collectives"]].run(args, argv)

@@ -107,13 +107,13 @@ def _group_with(var: str, value: str):
 _CHOSEN = ("all_reduce", "broadcast", "reduce")
 
 
-def _mccl_algorithm(op: str, buf: torch.Tensor) -> str:
-    """What the world group runs for `op` (one of _CHOSEN) on `buf`
+def _mccl_algorithm(op: str, buf: torch.Tensor, group) -> str:
+    """What an mccl group runs for `op` (one of _CHOSEN) on `buf`
     (all_reduce and reduce with SUM): the algorithm its agreed model and
-    settings choose, the wire path that replaces it, and the pieces a large
-    all_reduce is cut into."""
-    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-    return backend._algorithm_for(op, buf)
+    settings choose or the wire algorithm that replaces it ("ring_wire
+    (bf16)"), and the pieces a large all_reduce is cut into."""
+    pg = dist.distributed_c10d._get_default_group() if group is dist.group.WORLD else group
+    return pg._get_backend(torch.device("cpu"))._algorithm_for(op, buf)
 
 
 def run(args) -> list[dict]:
@@ -153,11 +153,11 @@ def run(args) -> list[dict]:
         times = {name: [] for name in groups}
         cpus = {name: [] for name in groups}
         runners = {}
-        algorithm = None
+        algorithms = {}
         for name, g in groups.items():
             b = _buffers(op, size, world, rank, dtype, args.device)
-            if name == "mccl" and op in _CHOSEN:
-                algorithm = _mccl_algorithm(op, b["buf"])
+            if name.startswith("mccl") and op in _CHOSEN:
+                algorithms[name] = _mccl_algorithm(op, b["buf"], g)
             runners[name] = _runner(op, b, g, world, rank)
             if name == "gloo+bf16hook":
                 runners[name] = _bf16_hook_runner(b["buf"], g, world)
@@ -184,8 +184,8 @@ def run(args) -> list[dict]:
                          "rounds_us": [x * 1e6 for x in times[name]], "iters": runners[name + ":iters"],
                          "cpu_us_per_op": cpu * 1e6, "cpu_rounds_us": [c * 1e6 for c in cpus[name]],
                          "cores_busy": cpu / t}
-        if algorithm:
-            row["mccl"]["algorithm"] = algorithm
+        for name, algorithm in algorithms.items():
+            row[name]["algorithm"] = algorithm
         records.append(row)
         if rank == 0:
             _row(row, list(groups))
@@ -251,5 +251,9 @@ def _row(row: dict, names: list[str]):
                    for n in names)
     ratio = "".join(f" {row[a]['busbw_GBps'] / max(row[b]['busbw_GBps'], 1e-12):>13.3f}x"
                     for _, a, b in _ratios(names))
-    algo = f"  {row['mccl']['algorithm']}" if "algorithm" in row.get("mccl", {}) else ""
+    base = row.get("mccl", {}).get("algorithm")
+    algo = f"  {base}" if base else ""
+    # The other mccl groups' where it differs (a wire dtype's algorithm).
+    algo += "".join(f"; {n[5:]}: {row[n]['algorithm']}" for n in names
+                    if n.startswith("mccl+") and row[n].get("algorithm", base) != base)
     print(f"{fmt_size(row['bytes']):>10}{cols}{ratio}{algo}", flush=True)

@@ -1,4 +1,4 @@
-#include "thread_census.h"
+#include "device/thread_census.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -15,9 +15,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "fake_gpu.h"
-#include "mps_device.h"
-#include "staging_pool.h"
+#include "device/fake_gpu.h"
+#include "device/mps_device.h"
+#include "device/staging_pool.h"
 
 namespace mccl::torch_adapter {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <functional>
 
-#include "device.h"
+#include "device/device.h"
 
 namespace mccl::torch_adapter {
 

@@ -1,4 +1,4 @@
-#include "mps_device.h"
+#include "device/mps_device.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,7 +1,7 @@
-#include "device.h"
+#include "device/device.h"
 
-#include "completer.h"
-#include "mps_device.h"
+#include "device/completer.h"
+#include "device/mps_device.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>

@@ -1,10 +1,12 @@
-"""mccl-bench scaling-report: several `mccl-bench scaling --json` files in
-one table (and plot): runs of the same workload are grouped, and each
-backend's efficiency at each N is given as the median over the repeats with
-its range (and so is the step without synchronisation over the step, where
-the runs measured it), beside the median of MCCL's throughput over Gloo's
-(each run's ratio, so a slow repeat of one baseline does not skew
-another's). Files without the one-rank run have no efficiency ("–")."""
+"""mccl-bench training-report (formerly scaling-report): several
+`mccl-bench scaling --json` files (ViT training at several N) in one table
+(and plot): runs of the same workload are grouped, and each backend's
+efficiency at each N is given as the median over the repeats with its range
+(and so is the step without synchronisation over the step, where the runs
+measured it), beside the median of MCCL's throughput over Gloo's (each
+run's ratio, so a slow repeat of one baseline does not skew another's).
+Files without the one-rank run have no efficiency ("–"). (collectives-report
+is the same for collective sweeps: `mccl-bench --json`.)"""
 
 from __future__ import annotations
 
@@ -137,7 +139,7 @@ def run(args) -> list[dict]:
     try:
         rows = summarize(files)
     except ValueError as e:
-        raise SystemExit(f"mccl-bench scaling-report: {e}") from None
+        raise SystemExit(f"mccl-bench training-report: {e}") from None
     print(markdown(rows), flush=True)
     if args.plot:
         plot(rows, args.plot)

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "device.h"
+#include "device/device.h"
 #include "util/thread_name.h"
 
 namespace mccl::torch_adapter {

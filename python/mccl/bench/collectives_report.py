@@ -1,9 +1,10 @@
-"""mccl-bench scale-report: collective sweeps (`mccl-bench --json`) at
-several world sizes in one table and plot: per op and size, MCCL's and
-Gloo's busbw at each N as % of the links' TCP goodput, and latency where
-the size is latency-bound. The goodput is the one each run measured (the
-lab's slowest ring link, MCCL_BENCH_GOODPUT_GBPS in the file) unless
---goodput gives one for every file."""
+"""mccl-bench collectives-report (formerly scale-report): collective sweeps
+(`mccl-bench --json`) at several world sizes in one table and plot: per op
+and size, MCCL's and Gloo's busbw at each N as % of the links' TCP goodput,
+and latency where the size is latency-bound. The goodput is the one each
+run measured (the lab's slowest ring link, MCCL_BENCH_GOODPUT_GBPS in the
+file) unless --goodput gives one for every file. (training-report is the
+same for training runs: `mccl-bench scaling --json`.)"""
 
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ def run(args) -> None:
                 f = json.load(fh)
             summarize([f])
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SystemExit(f"mccl-bench scale-report: {path}: {e}") from None
+            raise SystemExit(f"mccl-bench collectives-report: {path}: {e}") from None
         files.append(f)
     rows = summarize(files, args.goodput)
     print(table(rows))

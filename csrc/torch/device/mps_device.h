@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "device.h"
+#include "device/device.h"
 
 namespace mccl::torch_adapter {
 

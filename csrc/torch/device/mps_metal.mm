@@ -27,8 +27,8 @@
 #include <mutex>
 #include <string>
 
-#include "mps_device.h"
-#include "staging_pool.h"
+#include "device/mps_device.h"
+#include "device/staging_pool.h"
 
 namespace mccl::torch_adapter {
 namespace {

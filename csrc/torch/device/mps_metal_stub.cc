@@ -1,7 +1,7 @@
 // The portable twin of mps_metal.mm: no Metal outside macOS.
 #include <c10/util/Exception.h>
 
-#include "mps_device.h"
+#include "device/mps_device.h"
 
 namespace mccl::torch_adapter {
 

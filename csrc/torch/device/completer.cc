@@ -1,4 +1,4 @@
-#include "completer.h"
+#include "device/completer.h"
 
 #include <chrono>
 #include <condition_variable>

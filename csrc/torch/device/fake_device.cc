@@ -15,9 +15,9 @@
 #include <cstring>
 #include <string>
 
-#include "device.h"
-#include "fake_gpu.h"
-#include "mps_device.h"
+#include "device/device.h"
+#include "device/fake_gpu.h"
+#include "device/mps_device.h"
 
 namespace mccl::torch_adapter {
 

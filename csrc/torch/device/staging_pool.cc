@@ -1,4 +1,4 @@
-#include "staging_pool.h"
+#include "device/staging_pool.h"
 
 #include <bit>
 

@@ -1,4 +1,4 @@
-#include "callbacks.h"
+#include "device/callbacks.h"
 
 #include <Python.h>
 #include <pthread.h>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "thread_census.h"
+#include "device/thread_census.h"
 #include "util/logging.h"
 #include "util/params.h"
 #include "util/thread_name.h"
