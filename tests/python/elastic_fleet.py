@@ -54,8 +54,10 @@ class Fleet:
     """Workers of one job: local processes, or worker i on host i of a
     network lab (the store then runs on host 0)."""
 
-    def __init__(self, store: str, tmp: Path, lab=None, extra: list[str] | None = None):
+    def __init__(self, store: str, tmp: Path, lab=None, extra: list[str] | None = None,
+                 script: str = "elastic_worker.py"):
         self.store, self.tmp, self.lab = store, tmp, lab
+        self.script = script  # in workers/: elastic_worker.py, or diloco_worker.py
         self.extra = list(extra or [])
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
@@ -71,7 +73,7 @@ class Fleet:
         out = self.tmp / "final.pt"
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKERS) + os.pathsep +
                    os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", self.store,
+        cmd = [sys.executable, str(WORKERS / self.script), "--store", self.store,
                "--initial", str(initial), "--out", str(out), *self.extra, *(extra or [])]
         if create or (create is None and initial > 1):
             cmd.append("--create")
@@ -146,10 +148,14 @@ class Fleet:
                 os.killpg(p.pid, signal.SIGKILL)
 
 
-def replay(worlds: dict[int, int], steps: int, momentum: float = 0.0, skipped: frozenset = frozenset()) -> dict:
+def replay(worlds: dict[int, int], steps: int, momentum: float = 0.0, skipped: frozenset = frozenset(),
+           weighted: bool = False, global_batch: int = 0) -> dict:
     """The job in one process: step s averages the gradients of worlds[s]
     members, each on its share of the sampler's indices (without the
-    `skipped` samples, as a member that found them unreadable does)."""
+    `skipped` samples, as a member that found them unreadable does).
+    `weighted` (Job(shares="speed")): the gradient of the mean over all the
+    step's samples, whoever trained them (with `global_batch`, as many
+    samples as its micro-batches take)."""
     import elastic_worker as w
 
     net = w.model()
@@ -157,16 +163,22 @@ def replay(worlds: dict[int, int], steps: int, momentum: float = 0.0, skipped: f
     sampler = ElasticSampler(w.DATA, batch=w.BATCH, seed=w.SEED)
     for s in range(steps):
         world = worlds[s]
-        grads = [torch.zeros_like(p) for p in net.parameters()]
-        for r in range(world):
+        micro = max(1, -(-global_batch // (w.BATCH * world))) if global_batch else 1
+        if weighted:
             net.zero_grad()
-            w.loss_of(net, [i for i in sampler.indices(r, world) if i not in skipped]).backward()
+            w.loss_of(net, [i for r in range(world) for i in sampler.indices(r, world, micro)
+                            if i not in skipped]).backward()
+        else:
+            grads = [torch.zeros_like(p) for p in net.parameters()]
+            for r in range(world):
+                net.zero_grad()
+                w.loss_of(net, [i for i in sampler.indices(r, world) if i not in skipped]).backward()
+                for g, p in zip(grads, net.parameters()):
+                    g += p.grad / world
             for g, p in zip(grads, net.parameters()):
-                g += p.grad / world
-        for g, p in zip(grads, net.parameters()):
-            p.grad = g
+                p.grad = g
         opt.step()
-        sampler.advance(world)
+        sampler.advance(world, micro)
     return net.state_dict()
 
 
@@ -182,7 +194,7 @@ def final_step(fleet: Fleet, which: list[int], stop: int) -> int:
 
 
 def ends_as_replayed(fleet: Fleet, tmp_path: Path, survivors: list[int], stop: int,
-                     momentum: float = 0.0) -> dict[int, int]:
+                     momentum: float = 0.0, weighted: bool = False, global_batch: int = 0) -> dict[int, int]:
     """The survivors end at `stop` or soon after (the driver has asked for
     it): every step is logged once, with one world, and the final parameters
     equal the replay of those worlds. Returns the worlds."""
@@ -195,7 +207,7 @@ def ends_as_replayed(fleet: Fleet, tmp_path: Path, survivors: list[int], stop: i
         assert len(ws) == 1, f"members disagree on step {s}'s world: {ws}"
     worlds = {s: ws.pop() for s, ws in commits.items()}
     got = torch.load(tmp_path / "final.pt")
-    want = replay(worlds, final, momentum=momentum)
+    want = replay(worlds, final, momentum=momentum, weighted=weighted, global_batch=global_batch)
     for k in want:
         assert torch.allclose(got[k], want[k], rtol=1e-10, atol=1e-12), (k, (got[k] - want[k]).abs().max())
     return worlds
@@ -234,3 +246,117 @@ class StoreServer:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
+
+
+# ---------------------------------------------------------------- DiLoCo
+def diloco_log(fleet: Fleet) -> dict:
+    """What diloco_worker.py logged, from every worker: rounds (index ->
+    (start, member ids)), applications ((round, fragment) -> (point, count,
+    alive ids); every member that applied one logs the same) and inner steps
+    ((round, member id) -> [(epoch, index), ...] in step order)."""
+    rounds, outer, inner = {}, {}, {}
+    for i in range(len(fleet.procs)):
+        for line in fleet.text(i).splitlines():
+            f = line.split(" ")
+            if f[0] == "ROUND":
+                got = (int(f[2]), tuple(f[3].split(",")))
+                assert rounds.setdefault(int(f[1]), got) == got, f"round {f[1]}: {rounds[int(f[1])]} and {got}"
+            elif f[0] == "OUTER":
+                got = (int(f[3]), int(f[4]), tuple(f[5].split(",")))
+                key = (int(f[1]), int(f[2]))
+                assert outer.setdefault(key, got) == got, f"application {key}: {outer[key]} and {got}"
+            elif f[0] == "INNER":
+                pairs = [tuple(int(x) for x in p.split(":")) for p in f[4].split(",")] if len(f) > 4 else []
+                inner.setdefault((int(f[1]), f[3]), []).append((int(f[2]), pairs))
+    return {"rounds": rounds, "outer": outer, "inner": inner}
+
+
+def replay_diloco(log: dict, H: int, fragments: int = 1, overlap: int | None = None, merge: str = "rebase",
+                  alpha: float = 0.5) -> list[torch.Tensor]:
+    """The DiLoCo job in one process, in float64, member by member: each
+    member's local model and inner optimizer (a joiner's fresh), its
+    pseudo-gradient per fragment at the issue points, the sum over the
+    members alive at each logged application that trained since their last
+    issue, the outer Nesterov step, the merge; the round's data from
+    RoundPlan with the samples of members dead in a round owed to the next.
+    Written apart from DiLoCoState's code. Returns the global fragments."""
+    import diloco_worker as dw
+    import elastic_worker as w
+    from mccl.elastic.diloco_plan import RoundPlan, Schedule, split
+
+    sched = Schedule(H, fragments, overlap)
+    tau = sched.tau
+    base = w.model()
+    pieces = split([p.numel() for p in base.parameters()], fragments)
+
+    def flat(net, f):
+        ps = list(net.parameters())
+        return torch.cat([ps[i].detach().reshape(-1)[a:b] for i, a, b in pieces[f]])
+
+    def put(net, f, x):
+        ps, off = list(net.parameters()), 0
+        with torch.no_grad():
+            for i, a, b in pieces[f]:
+                ps[i].view(-1)[a:b].copy_(x[off:off + b - a])
+                off += b - a
+
+    G = [torch.nn.Parameter(flat(base, f).clone(), requires_grad=False) for f in range(fragments)]
+    outer = torch.optim.SGD(G, lr=dw.OUTER_LR, momentum=dw.OUTER_MOMENTUM, nesterov=True)
+    members: dict[str, dict] = {}
+    sampler, owed = ElasticSampler(w.DATA, batch=w.BATCH, seed=w.SEED), []
+    for R in sorted(log["rounds"]):
+        _, ids = log["rounds"][R]
+        for m in list(members):
+            if m not in ids:
+                del members[m]  # left or died at the last round's end
+        for m in ids:
+            if m not in members:
+                net = w.model()
+                for f in range(fragments):
+                    put(net, f, G[f].detach())
+                members[m] = {"net": net, "since": [0] * fragments, "raw": {},
+                              "opt": torch.optim.SGD(net.parameters(), lr=dw.INNER_LR, momentum=dw.INNER_MOMENTUM)}
+        plan = RoundPlan(sampler, owed, len(ids), H)
+        for j in range(H + 1):
+            for kind, f in sched.events(j):
+                if kind == "issue":
+                    for mm in members.values():
+                        mm["raw"][f] = (G[f].detach() - flat(mm["net"], f)) if mm["since"][f] else None
+                        mm["since"][f] = 0
+                    continue
+                point, count, alive = log["outer"][(R, f)]
+                assert point == j, (R, f, point, j)
+                for m in list(members):
+                    if m not in alive:
+                        del members[m]  # died in this round
+                raws = [mm["raw"][f] for mm in members.values() if mm["raw"][f] is not None]
+                assert len(raws) == count, f"round {R} fragment {f}: {len(raws)} contributions, {count} logged"
+                old = G[f].detach().clone()
+                if raws:
+                    G[f].grad = sum(raws) / len(raws)
+                    outer.step()
+                    G[f].grad = None
+                for mm in members.values():
+                    now, raw = flat(mm["net"], f), mm["raw"][f]
+                    if tau == 0:
+                        new = G[f].detach().clone()
+                    elif merge == "rebase":
+                        new = G[f].detach() + now - (old - (raw if raw is not None else 0.0))
+                    else:
+                        new = alpha * now + (1 - alpha) * G[f].detach()
+                    put(mm["net"], f, new)
+                if sched.applies[f] == H:
+                    dead = [r for r, m in enumerate(ids) if m not in alive]
+                    owed = plan.owed_after(dead)
+                    sampler.load_state_dict(plan.after)
+            if j == H:
+                break
+            for r, m in enumerate(ids):
+                mm = members.get(m)
+                if mm is None:
+                    continue
+                mm["opt"].zero_grad()
+                w.loss_of(mm["net"], plan.slot(j, r)).backward()
+                mm["opt"].step()
+                mm["since"] = [s + 1 for s in mm["since"]]
+    return [g.detach() for g in G]

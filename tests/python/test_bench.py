@@ -212,6 +212,23 @@ def test_elastic_mode_measures_every_change(tmp_path):
     assert run["crash_steps_lost"] == 0 and run["leave_stall_s"] > 0
 
 
+@pytest.mark.slow
+def test_hetero_mode_compares_shares_and_times_a_slowdown(tmp_path):
+    out = tmp_path / "h.json"
+    text = bench("hetero", "--speeds", "1,3", "--sample-ms", "4", "--batch", "8", "--steps", "10", "--warmup", "2",
+                 "--solo-steps", "3", "--slow-at", "5", "--cost-repeats", "1", "--cost-steps", "6",
+                 "--json", str(out), timeout=400)
+    for line in ("solo samples/s", "equal shares", "speed shares", "back to 90 % of the new solo sum",
+                 "equal members: step"):
+        assert line in text, text
+    data = json.loads(out.read_text())
+    assert len(data["solo"]) == 2 and data["speed"]["commits"][-1]["shares"]
+    # The fast member ends with the larger share; the equal job never moves.
+    last = data["speed"]["commits"][-1]["shares"]
+    assert last["1"] > last["0"], last
+    assert all(set(c["shares"].values()) == {8} for c in data["equal"]["commits"])
+
+
 def _sweep(world, results, goodput=None, algo=None):
     env = {}
     if goodput:

@@ -256,7 +256,9 @@ def test_docs_list_every_metric_and_the_dashboard_uses_them(page):
     assert names <= {re.sub(r"_total$", "", n) for n in documented}, names - documented
     grafana = json.loads((ROOT / "docs" / "grafana" / "mccl-fleet.json").read_text())
     used = set(re.findall(r"mccl_[a-z_]+", json.dumps(grafana)))
-    assert used and {re.sub(r"_total$", "", n) for n in used} <= names, used
+    # Against the documented set, not this scrape: a family with no value yet
+    # (a loss before the first step) is left out of a scrape.
+    assert used and {re.sub(r"_total$", "", n) for n in used} <= {re.sub(r"_total$", "", n) for n in documented}, used
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:

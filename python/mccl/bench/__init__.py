@@ -7,6 +7,7 @@
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
     mccl-bench wire-accuracy --ns 2,8,24,200            # 16-bit wire error: mccl vs bf16_compress_hook
     mccl-bench status-load                              # the status page with 200 simulated members and agents
+    mccl-bench hetero --netlab hetero --speeds 1,1,2,4  # members at their own speed: shares by speed vs equal
     mccl-bench wire-accuracy --real --ns 2,3,4          # the same from real all-reduces on N ranks
     mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
@@ -182,6 +183,26 @@ def _elastic_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=6, help="--week without --netlab: members on this machine")
     p.add_argument("--outage-s", type=float, default=60.0, help="--week --store tcp: how long the store is down")
     p.add_argument("--timeout-s", type=float, default=30.0, help="--week: the members' timeout_s")
+
+
+def _hetero_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--netlab", metavar="NAME", help="member i on host i of this network lab, store on h0")
+    p.add_argument("--speeds", default="1,1,2,4", help="relative speeds of the members' emulated devices")
+    p.add_argument("--sample-ms", type=float, default=10.0, help="emulated device time per sample at speed 1")
+    p.add_argument("--batch", type=int, default=64, help="samples per member per step (the sampler's batch)")
+    p.add_argument("--params-mb", type=float, default=1.0, help="model weights in MB (float32), all-reduced")
+    p.add_argument("--steps", type=int, default=40, help="steps of each job")
+    p.add_argument("--warmup", type=int, default=6, help="steps left out of each rate")
+    p.add_argument("--solo-steps", type=int, default=8)
+    p.add_argument("--slow-member", type=int, default=-1, help="the member that slows (default: the fastest)")
+    p.add_argument("--slow-at", type=int, default=15, help="the step from which it is slower")
+    p.add_argument("--slow-factor", type=float, default=3.0)
+    p.add_argument("--cost-repeats", type=int, default=3,
+                   help="equal members: jobs with equal and with speed shares, alternated, this many each (0: skip)")
+    p.add_argument("--cost-steps", type=int, default=30)
+    p.add_argument("--phases", default="shares,slowdown,cost",
+                   help="comma list of: shares (solo, equal and speed), slowdown, cost (equal members)")
+    p.add_argument("--json")
 
 
 def _status_load_args(p: argparse.ArgumentParser) -> None:
@@ -387,6 +408,8 @@ MODES: dict[str, Mode] = {
                    _in_process("matmul")),
     "elastic": Mode("mccl.elastic: join, graceful leave and crash stalls, boundary cost", _elastic_args,
                     _in_process("elastic")),
+    "hetero": Mode("members at their own speed: shares by speed against equal shares, a "
+                   "member slowed mid-run, the cost when members are equal", _hetero_args, _in_process("hetero")),
     "status-load": Mode("the fleet's status page with 200 simulated members and agents: "
                         "coordinator CPU, page load, member-side cost", _status_load_args,
                         _in_process("status_load")),

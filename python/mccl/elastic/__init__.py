@@ -11,18 +11,25 @@ The first launch founds the job (Job(..., create=True), or `mccl elastic
 create`); every later process joins it, or resumes it from its checkpoint
 when every member had left. An FSDP2 model: elastic.ShardedState(build_model,
 build_optimizer, sampler, checkpoint_dir=...) in place of State (sharded.py
-says how it reshards).
+says how it reshards). Members of unequal speed: Job(..., shares="speed")
+gives each a share of the step's samples in proportion to its measured
+speed, the gradient weighed by sample count (balance.py; Balancer does the
+same in a plain DDP loop), and StragglerPolicy lets one that stays far
+behind leave.
 
 See job.py for the loop, records.py and decisions.py for the protocol,
 docs/fleet.md for running a studio's fleet.
 """
 
+from .balance import Balancer
 from .events import (Change, Excluded, JobFinished, JobMissing, JobStopped, Refused, Unreadable)
 from .job import Job
 from .records import Cause, Generation
 from .sampler import ElasticSampler
 from .sharded import ShardedState
 from .state import State, broadcast_state
+from .stragglers import StragglerPolicy
 
-__all__ = ["Cause", "Change", "ElasticSampler", "Excluded", "Generation", "Job", "JobFinished", "JobMissing",
-           "JobStopped", "Refused", "ShardedState", "State", "Unreadable", "broadcast_state"]
+__all__ = ["Balancer", "Cause", "Change", "ElasticSampler", "Excluded", "Generation", "Job", "JobFinished",
+           "JobMissing", "JobStopped", "Refused", "ShardedState", "State", "StragglerPolicy", "Unreadable",
+           "broadcast_state"]

@@ -8,7 +8,8 @@ outlives every machine (its members, and the store's).
 
 One step, on every member:
   1. its share of the step's samples (the sampler splits what is left of the
-     epoch among the current members);
+     epoch among the current members; evenly, or with shares="speed" in
+     proportion to each member's measured speed: balance.py);
   2. train_step: forward and backward through DDP on the current group (the
      gradients are averaged over the members of this step);
   3. the boundary: one small all_reduce carrying who asks to leave, and
@@ -53,7 +54,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from . import shares as sh
 from . import signature as sigs
+from .balance import Balancer
 from .beacon import Beacon, route_address
 from .events import Change, Excluded, JobStopped, Unreadable, _Done, _Left, _Regroup
 from .joining import Joining
@@ -62,6 +65,7 @@ from .membership import BeatWatch, Membership
 from .records import Cause, Generation
 from .state import State
 from .store import StoreAway, connect
+from .stragglers import StragglerPolicy
 from .transitions import Transitions, _CheckpointException, deterministic
 from .watcher import Watcher
 
@@ -106,7 +110,8 @@ class Job(Joining, Transitions):
                  initial_wait_s: float = 10.0, crash_grace_s: float = 1.0, timeout_s: float = 120.0,
                  check_every: int = 1, global_batch: int | None = None, member_id: str | None = None,
                  backend: str = "mccl", create: bool = False, checkpoint_dir: str | None = None,
-                 checkpoint_every_s: float = 300.0, reseed_s: float = 5.0):
+                 checkpoint_every_s: float = 300.0, reseed_s: float = 5.0, shares: str = "equal",
+                 straggler: StragglerPolicy | None = None):
         """`store`: the job's store: "host:port" (or "tcp://host:port") of a
         TCPStore (`mccl elastic serve`), "etcd://h1:2379,h2:2379,h3:2379" for
         an etcd cluster, or a torch.distributed.Store.
@@ -134,7 +139,14 @@ class Job(Joining, Transitions):
         shrinks; None lets it grow and shrink with the world. `reseed_s`: how
         long a process waits on a store that holds no record of the job and
         came up less than that long ago (living members write it back within
-        about a second of its return), before it may found or resume."""
+        about a second of its return), before it may found or resume.
+        `shares`: "equal" (every member the same number of samples) or
+        "speed": each member's share of the step's samples follows its
+        measured speed, and the gradient is weighed by sample count so that
+        it is the mean over the step's samples (balance.py; train_step's
+        loss must be a mean over its samples). `straggler` (with "speed"):
+        a StragglerPolicy under which a member that stays far slower than
+        the others leaves gracefully (stragglers.py)."""
         if initial < 1 or check_every < 1:
             raise ValueError("mccl.elastic.Job: initial and check_every must be at least 1")
         if crash_grace_s <= 0 or timeout_s <= 0 or checkpoint_every_s <= 0 or reseed_s < 0:
@@ -150,6 +162,14 @@ class Job(Joining, Transitions):
         self.create = create
         self.checkpoint_dir, self.checkpoint_every_s = checkpoint_dir, checkpoint_every_s
         self.reseed_s = reseed_s
+        # ---- shares by speed (balance.py); None: the even split
+        if shares not in ("equal", "speed"):
+            raise ValueError(f"mccl.elastic.Job: shares must be 'equal' or 'speed', not {shares!r}")
+        if straggler is not None and shares != "speed":
+            raise ValueError("mccl.elastic.Job: a straggler policy needs shares='speed' (the members' measured "
+                             "speeds are what it judges)")
+        self._balance = Balancer(straggler=straggler) if shares == "speed" else None
+        self._counts: list[int] | None = None  # this step's shares, every member's
         # (generation, its record): one attribute, so that the watcher thread
         # never reads a generation with another generation's record.
         self._current: tuple[int, Generation | None] = (-1, None)
@@ -254,6 +274,10 @@ class Job(Joining, Transitions):
         where the state is kept on disk."""
         if not self._sig_lines:
             self._sig_lines = sigs.of_state(state)
+            if self._sig_lines and self._balance is not None:
+                # Shares by speed widen the boundary's all_reduce: a member
+                # with equal shares would meet it with another size.
+                self._sig_lines = self._sig_lines + ["job: shares=speed"]
             self._sig = sigs.signature(self._sig_lines) if self._sig_lines else ""
         if not self._durable.enabled:
             self._durable = Keeping.of(self.checkpoint_dir, self.members.job, self.checkpoint_every_s, state)
@@ -335,7 +359,7 @@ class Job(Joining, Transitions):
                 t_step = time.perf_counter()
                 boundary = self._boundary(state.step)
                 micro = self.micro_batches()
-                idx = state.sampler.indices(self.rank, self.world, micro)
+                idx = state.sampler.indices(self.rank, self.world, micro, self._shares(state, micro))
                 model = self.model(state)
                 self._step_of_error = state.step
                 loss = self._train(model, idx, micro, train_step)
@@ -394,17 +418,23 @@ class Job(Joining, Transitions):
         """This member's forward and backward of the step: micro-batches
         under no_sync but the last. Samples train_step declares Unreadable
         are left out and the call is made again without them."""
-        chunks = [idx[i::micro] for i in range(micro)] if micro > 1 else [idx]
+        bal = self._balance if self._counts is not None else None
+        if bal is not None:  # shares by speed: per-member micro-batches, each weighed by its samples
+            bal.begin(model)
+            micro = bal.micro_counts(self._counts, self._sampler_batch, bal.weights.sharded)[self.rank]
+        chunks = sh.chunks(idx, micro)
         loss = None
         for i, part in enumerate(chunks):
             last = i == len(chunks) - 1
             while True:
                 try:
-                    if last:
-                        loss = train_step(model, part)
-                    else:
-                        with _no_sync(model):
-                            train_step(model, part)
+                    with self._weighing(len(chunks[i])):
+                        # FSDP2 by speed reduces every micro-batch: each has its own weight.
+                        if last or (bal is not None and bal.weights.sharded):
+                            loss = train_step(model, part)
+                        else:
+                            with _no_sync(model):
+                                train_step(model, part)
                     break
                 except Unreadable as u:
                     bad = [j for j in u.indices if j in part]
@@ -421,7 +451,38 @@ class Job(Joining, Transitions):
                     if self._is_comm_failure(e) or deterministic(e):
                         raise
                     raise _TrainStepError(e, part) from e
+        if bal is not None:
+            bal.end(len(idx))
         return loss
+
+    # ---- shares by speed (balance.py) ----------------------------------------------
+    def _shares(self, state, micro: int) -> list[int] | None:
+        """Every member's samples for this step, from the speeds the
+        members exchanged at the last boundary (kept in the sampler's state,
+        so a joiner has them); None for the even split."""
+        bal = self._balance
+        if bal is None:
+            return None
+        bal.keep_in(state.sampler)
+        total = state.sampler.step_size(self.world, micro)
+        self._counts = bal.counts(total, self.record.members, key=self.generation)
+        return self._counts
+
+    def _weighing(self, part: int):
+        """This member's gradient for a micro-batch of `part` samples, weighed
+        so that the all-reduce gives the mean over the step's samples."""
+        if self._balance is None or self._counts is None:
+            return contextlib.nullcontext()
+        return self._balance.weighing(part, sum(self._counts), self.world)
+
+    def _heard(self, values: list[int]) -> None:
+        """The members' speeds from the boundary; a straggler (under the
+        policy) asks to leave at the next one."""
+        why = self._balance.heard(values, self.record.members, self.rank)
+        if why is not None:
+            log.warning("mccl.elastic: member %s (rank %d) leaves at the next step boundary as a %s", self.id,
+                        self.rank, why)
+            self.request_leave()
 
     def _first_state(self, state) -> None:
         """A newcomer's first state: from rank 0 (the members relay it in
@@ -488,7 +549,10 @@ class Job(Joining, Transitions):
         gives (leaver ranks, joiners, end step or None)."""
         world = self.world
         self._watch()
-        flags = torch.zeros(world + 2, dtype=torch.int64)
+        speeds = world if self._balance is not None else 0  # shares by speed: every member's ns per sample
+        flags = torch.zeros(world + 2 + speeds, dtype=torch.int64)
+        if speeds:
+            flags[world + 2 + self.rank] = self._balance.estimate.ns
         if self._leave:
             flags[self.rank] = 1
         if self.rank == 0:
@@ -501,6 +565,8 @@ class Job(Joining, Transitions):
 
         def result():
             work.wait()
+            if speeds:
+                self._heard(flags[world + 2:].tolist())
             end_at = int(flags[world + 1]) - 1
             return [r for r in range(world) if flags[r]], int(flags[world]), end_at if end_at >= 0 else None
 

@@ -20,6 +20,8 @@ import mccl.elastic as elastic
 DATA, FEATURES, BATCH, SEED = 97, 6, 4, 1234
 MOMENTUM = 0.5  # FSDP runs: the optimizer has state to reshard
 SLEEP_S = 0.0  # per step: the driver needs steps slow enough to act between
+SAMPLE_S = 0.0  # per sample, divided by SPEED: an emulated device of this member's speed
+SPEED = 1.0
 
 
 def dataset():
@@ -45,7 +47,7 @@ def loss_of(net, idx):
 
 
 def train_step(net, idx):
-    time.sleep(SLEEP_S)
+    time.sleep(SLEEP_S + len(idx) * SAMPLE_S / SPEED)
     loss = loss_of(net, idx)
     loss.backward()
     return loss
@@ -67,6 +69,13 @@ if __name__ == "__main__":
     p.add_argument("--no-admission-check", action="store_true",
                    help="no model signature (a mismatched joiner is admitted: its first collective fails)")
     p.add_argument("--sleep-ms", type=float, default=20.0)
+    p.add_argument("--shares", choices=["equal", "speed"], default="equal")
+    p.add_argument("--sample-ms", type=float, default=0.0, help="emulated compute per sample (divided by --speed)")
+    p.add_argument("--speed", type=float, default=1.0, help="this member's relative speed")
+    p.add_argument("--slow-at-step", type=int, default=-1, help="from this step on, --slow-factor times slower")
+    p.add_argument("--slow-factor", type=float, default=3.0)
+    p.add_argument("--straggler", default="", help="MAX_SLOWDOWN,PATIENCE_STEPS: a StragglerPolicy")
+    p.add_argument("--global-batch", type=int, default=0)
     p.add_argument("--out", default="")
     p.add_argument("--fsdp", default="", help="FSDP2 (ShardedState), checkpoints in this folder")
     p.add_argument("--checkpoint-every", type=int, default=4)
@@ -92,6 +101,7 @@ if __name__ == "__main__":
     a = p.parse_args()
     torch.set_num_threads(1)
     SLEEP_S = a.sleep_ms / 1000
+    SAMPLE_S, SPEED = a.sample_ms / 1000, a.speed
     sampler = elastic.ElasticSampler(DATA, batch=BATCH, seed=SEED)
     if a.float32:
         base_model = model
@@ -121,7 +131,10 @@ if __name__ == "__main__":
     # A survivor slower than the grace to check in after a failure is taken
     # for dead (by design); CI's 2 cores can be that slow, so a wide grace.
     job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=a.timeout_s, create=a.create,
-                      checkpoint_dir=a.checkpoint_dir or None, checkpoint_every_s=a.checkpoint_every_s)
+                      checkpoint_dir=a.checkpoint_dir or None, checkpoint_every_s=a.checkpoint_every_s,
+                      shares=a.shares, global_batch=a.global_batch or None,
+                      straggler=elastic.StragglerPolicy(float(a.straggler.split(",")[0]),
+                                                        int(a.straggler.split(",")[1])) if a.straggler else None)
     job.leave_on_signals()
     if a.no_admission_check:
         import mccl.elastic.signature as signature
@@ -215,8 +228,13 @@ if __name__ == "__main__":
         job._change = leave
 
     def on_step(job, state, loss):
+        global SPEED
         print(f"COMMIT {state.step - 1} world {job.world} rank {job.rank} gen {job.generation} t {time.time():.3f}",
               flush=True)
+        if job._counts is not None:
+            print(f"SHARES {state.step - 1} {job._counts} rank {job.rank} speed {SPEED:g}", flush=True)
+        if state.step == a.slow_at_step:
+            SPEED /= a.slow_factor
 
     try:
         if job.run(state, train_step, steps=a.steps, on_step=on_step) == "left":
@@ -247,6 +265,9 @@ if __name__ == "__main__":
         final = full["model"] if full is not None else None
     else:
         final = {k: v.clone() for k, v in state.model.state_dict().items()}
+        import hashlib
+        print("PARAMHASH " + hashlib.sha256(b"".join(v.numpy().tobytes() for v in final.values())).hexdigest(),
+              flush=True)
     if job.rank == 0 and a.out:  # the group stays up after run() returns "done"
         torch.save(final, a.out)
     import torch.distributed as dist

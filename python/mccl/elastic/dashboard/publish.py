@@ -48,12 +48,17 @@ def member_status(job, rank: int, host: str = _HOST) -> dict:
     """This member's status value (status/m/<id>): about 250 bytes."""
     times = list(job._step_times)
     busy = sum(t for t, _ in times)
+    # Job(shares="speed"): this member's samples in the last step, and why it
+    # is (or is about to be asked to leave as) a straggler; None otherwise.
+    bal = getattr(job, "_balance", None)
+    share, straggler = bal.status() if bal is not None else (None, None)
     return {"id": job.id[:keys.NAME_MAX], "host": host, "rank": rank,
             "pid": getattr(job, "_pid", None) or os.getpid(), "generation": job.generation, "step": live_step(job),
             "step_s": _r(busy / len(times)) if times else None,
             "samples_per_s": _r(sum(s for _, s in times) / busy, 2) if busy else None,
             "boundary_s": _r(_mean(itertools.islice(reversed(job.boundary_s), 20)), 5),
-            "skipped": len(job.skipped), "time": round(time.time(), 3)}
+            "skipped": len(job.skipped), "share": share,
+            "straggler": straggler[:keys.TEXT_MAX] if straggler else None, "time": round(time.time(), 3)}
 
 
 def job_status(job, mine: dict) -> dict:

@@ -182,6 +182,8 @@ function memberRow(r) {
     el("td", {class: "n", text: r.lag_s === null ? "–" : dur(Math.max(0, r.lag_s))}),
     el("td", {class: "n", text: dur(r.step_s)}), el("td", {class: "n", text: dur(r.boundary_s)}),
     el("td", {class: "n", text: num(r.samples_per_s)}),
+    el("td", {class: "n" + (r.straggler ? " warn" : ""), text: r.share ?? "–",
+              title: r.straggler || null}),
     el("td", {class: "n" + (r.stale ? " warn" : ""), text: r.age_s === null ? "never" : dur(r.age_s)}));
 }
 
@@ -189,7 +191,9 @@ function memberTable(rows) {
   const t = el("table", {}, el("tr", {}, el("th", {class: "n", text: "rank"}), el("th", {text: "host"}),
     el("th", {class: "n", text: "holds back", title: "how much longer than the median member the others wait for it, per step"}),
     el("th", {class: "n", text: "step"}), el("th", {class: "n", text: "waits"}),
-    el("th", {class: "n", text: "samples/s"}), el("th", {class: "n", text: "status age"})));
+    el("th", {class: "n", text: "samples/s"}),
+    el("th", {class: "n", text: "share", title: "samples of the last step (Job(shares=\"speed\")); a straggler is marked"}),
+    el("th", {class: "n", text: "status age"})));
   rows.forEach(r => t.append(memberRow(r)));
   return t;
 }
