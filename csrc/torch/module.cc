@@ -22,6 +22,7 @@
 #include "comm/cost_model.h"
 #include "reduce/parallel.h"
 #include "reduce/wire_int8.h"
+#include "transport/socket.h"
 #include "util/dtype.h"
 #include "util/params.h"
 
@@ -88,6 +89,14 @@ PYBIND11_MODULE(_C, m) {
       },
       "What MCCL's Metal port has done so far (fences, commits on PyTorch's stream and on "
       "MCCL's queue, staging buffers allocated); None where there is no MPS (nor fake port)");
+  m.def(
+      "_wire_bytes",
+      [] {
+        const mccl::WireBytes w = mccl::wireBytes();
+        return std::make_pair(w.sent, w.received);
+      },
+      "(sent, received): bytes this process's MCCL sockets have carried so far, every group "
+      "together (the status page's wire traffic of a member)");
   m.def("_on_completion_thread", &mccl::torch_adapter::onCompletionThread,
         "Whether the calling thread is MCCL's device completion thread (tests)");
   m.def("_on_callback_thread", &mccl::torch_adapter::onCallbackThread,

@@ -271,6 +271,25 @@ TEST(Socket, CongestionControlIsSetOrRefusedByName) {
 // MCCL_KEEPALIVE_S: probes from halfway through, a sixth apart, enough to
 // fill the rest; unacknowledged data fails at the same time. (The netlab
 // test cuts a cable under idle connections and sees them fail at it.)
+TEST(Socket, WireBytesCountWhatSocketsSendAndReceive) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  Socket a(fds[0]);
+  Socket b(fds[1]);
+  const WireBytes before = wireBytes();
+  std::vector<char> out(1000, 'x'), in(1000);
+  a.sendAll(out.data(), out.size(), Deadline::never());
+  ASSERT_TRUE(b.recvAll(in.data(), in.size(), Deadline::never()));
+  char more[7] = "abcdef";
+  iovec iov[2] = {{more, 3}, {more + 3, 4}};
+  a.sendIov(iov, 2);
+  EXPECT_EQ(b.recvSome(in.data(), in.size()), 7u);
+  const WireBytes after = wireBytes();
+  // Other threads of this process may also send (ctest runs each test alone).
+  EXPECT_GE(after.sent - before.sent, 1007u);
+  EXPECT_GE(after.received - before.received, 1007u);
+}
+
 TEST(Socket, DeadPeerTimeoutSetsKeepaliveAndUserTimeout) {
 #if defined(__linux__)
   auto opt = [](const Socket& s, int level, int name) {

@@ -480,3 +480,20 @@ def test_the_status_load_bench_runs_and_reports(tmp_path):
     assert r["agents_seen"] == 8 and sum(r["jobs_seen"].values()) >= 4
     assert 0 <= r["coordinator_cpu_percent"] < 50 and r["member_cost"]["member_value_bytes"] < keys.VALUE_MAX
     assert "coordinator CPU" in out.stdout and "member side" in out.stdout
+
+
+def test_wire_rate_is_bytes_per_second_between_two_statuses():
+    counts = iter([(1000, 500), (1000 + 3_000_000, 500 + 1_500_000), (1000 + 3_000_000, 500 + 1_500_000)])
+    rate = publish.WireRate(read=lambda: next(counts))
+    assert rate(now=10.0) == (None, None)            # the first status has nothing to compare with
+    assert rate(now=12.0) == (1_500_000.0, 750_000.0)
+    assert rate(now=12.0) == (None, None)            # no time passed: no rate
+    # A member's status carries them, and the snapshot passes them on.
+    fake = _fake("mac-0:1:a", Generation(members=("mac-0:1:a",), admitted=1, cause=Cause.START, step=0,
+                                         incarnation="i"), 0, 5)
+    fake._wire_rate = publish.WireRate(read=iter([(0, 0), (4000, 2000)]).__next__)
+    assert publish.member_status(fake, 0)["wire_sent_Bps"] is None
+    fake._wire_rate._last = (time.monotonic() - 2.0, 0, 0)
+    mine = publish.member_status(fake, 0)
+    assert mine["wire_sent_Bps"] == pytest.approx(2000, rel=0.05)
+    assert mine["wire_received_Bps"] == pytest.approx(1000, rel=0.05)

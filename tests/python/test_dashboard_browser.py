@@ -262,6 +262,20 @@ def test_the_page_follows_a_live_job_in_chromium(tmp_path, where):
             assert m[("mccl_agents", (("state", state),))] == count
         assert m[("mccl_job_state", (("job", "test"), ("state", "running")))] == 1.0
         assert m[("mccl_job_step", (("job", "test"),))] == job["step"] > 0
+        # Each member's wire traffic (its sockets carry the all-reduces), on
+        # the page's data and in /metrics.
+        end = time.monotonic() + 20
+        while True:
+            api = json.loads(urllib.request.urlopen(url + "/api/fleet", timeout=10).read())
+            rows = next(j for j in api["jobs"] if j["name"] == "test")["members"]
+            if rows and all((r["wire_sent_Bps"] or 0) > 0 and (r["wire_received_Bps"] or 0) > 0 for r in rows):
+                break
+            assert time.monotonic() < end, f"no wire traffic on the page: {rows}"
+            time.sleep(0.2)
+        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+        sent = [s for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "mccl_member_wire_sent_bytes_per_second" and s.labels["job"] == "test"]
+        assert sent and all(s.value > 0 for s in sent), sent
 
         # A picture of it (for the docs: a while longer, so that mac-c's agent
         # starts its worker again after its back-off and it joins again).

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -51,7 +52,21 @@ ErrorKind kindFor(int err) {
              : ErrorKind::kSystem;
 }
 
+std::atomic<uint64_t> gSent{0};
+std::atomic<uint64_t> gReceived{0};
+
+void countSent(ssize_t n) {
+  if (n > 0) gSent.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+}
+void countReceived(ssize_t n) {
+  if (n > 0) gReceived.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+}
+
 }  // namespace
+
+WireBytes wireBytes() {
+  return {gSent.load(std::memory_order_relaxed), gReceived.load(std::memory_order_relaxed)};
+}
 
 int Socket::sendFlags() { return kSendFlags; }
 
@@ -246,6 +261,7 @@ void Socket::sendAll(const void* data, size_t len, Deadline deadline) {
       throwError(ErrorKind::kTimeout, "send timed out");
     }
     ssize_t n = ::send(fd_, p, len, kSendFlags);
+    countSent(n);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       int err = errno;
@@ -264,6 +280,7 @@ bool Socket::recvAll(void* data, size_t len, Deadline deadline) {
       throwError(ErrorKind::kTimeout, "receive timed out after ", got, " of ", len, " bytes");
     }
     ssize_t n = ::recv(fd_, p + got, len - got, 0);
+    countReceived(n);
     if (n == 0) {
       if (got == 0) return false;
       throwError(ErrorKind::kRemote, "connection closed after ", got, " of ", len, " bytes");
@@ -284,6 +301,7 @@ void Socket::sendIov(struct iovec* iov, int iovcnt) {
     msg.msg_iov = iov;
     msg.msg_iovlen = iovcnt;
     ssize_t n = ::sendmsg(fd_, &msg, kSendFlags);
+    countSent(n);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       int err = errno;
@@ -308,6 +326,7 @@ size_t Socket::sendIovNow(const struct iovec* iov, int iovcnt) {
   msg.msg_iovlen = iovcnt;
   for (;;) {
     ssize_t n = ::sendmsg(fd_, &msg, kSendFlags | MSG_DONTWAIT);
+    countSent(n);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
@@ -319,6 +338,7 @@ size_t Socket::sendIovNow(const struct iovec* iov, int iovcnt) {
 size_t Socket::recvSome(void* data, size_t len) {
   for (;;) {
     ssize_t n = ::recv(fd_, data, len, 0);
+    countReceived(n);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     int err = errno;

@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "transport/address.h"
@@ -87,5 +88,17 @@ class Socket {
   int fd_ = -1;
   int deadPeerS_ = 0;  // setDeadPeerTimeout's seconds
 };
+
+// Bytes this process's sockets have sent and received so far, over every
+// connection of every group (the handshakes' few hundred bytes aside),
+// counted per system call with relaxed atomics: what the status page shows
+// as a member's wire traffic. Bytes a peer on the same host reads from this
+// process's memory (MCCL_LOCAL_READ_BYTES) do not cross a socket and are not
+// counted.
+struct WireBytes {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+WireBytes wireBytes();
 
 }  // namespace mccl

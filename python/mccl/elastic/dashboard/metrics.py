@@ -58,7 +58,9 @@ class FleetCollector:
             ("mccl_member_samples_per_second", "A member's own samples per second"),
             ("mccl_member_boundary_seconds", "A member's mean wait at the step boundary (small: the others wait for it)"),
             ("mccl_member_lag_seconds", "How much longer than the median member the others wait for this one per step"),
-            ("mccl_member_status_age_seconds", "Age of the member's last status (a stuck or gone member grows it)"))}
+            ("mccl_member_status_age_seconds", "Age of the member's last status (a stuck or gone member grows it)"),
+            ("mccl_member_wire_sent_bytes_per_second", "Bytes per second the member's MCCL sockets sent (every group)"),
+            ("mccl_member_wire_received_bytes_per_second", "Bytes per second the member's MCCL sockets received"))}
         for j in s.get("jobs", []):
             lab = [j["name"]]
             values = {"mccl_job_members": j["world"], "mccl_job_step": j["step"], "mccl_job_target_step": j["target"],
@@ -78,7 +80,9 @@ class FleetCollector:
                 ml_v = [j["name"], r["id"], r["host"], str(r["rank"])]
                 for name, key in (("mccl_member_step_seconds", "step_s"), ("mccl_member_samples_per_second",
                                   "samples_per_s"), ("mccl_member_boundary_seconds", "boundary_s"),
-                                  ("mccl_member_lag_seconds", "lag_s"), ("mccl_member_status_age_seconds", "age_s")):
+                                  ("mccl_member_lag_seconds", "lag_s"), ("mccl_member_status_age_seconds", "age_s"),
+                                  ("mccl_member_wire_sent_bytes_per_second", "wire_sent_Bps"),
+                                  ("mccl_member_wire_received_bytes_per_second", "wire_received_Bps")):
                     if r[key] is not None:
                         mg[name].add_metric(ml_v, float(r[key]))
         yield from g.values()

@@ -44,20 +44,48 @@ def _r(x: float | None, digits: int = 4) -> float | None:
 _HOST = socket.gethostname()[:keys.NAME_MAX]
 
 
+class WireRate:
+    """Bytes per second this process's MCCL sockets sent and received
+    between two calls (mccl._C._wire_bytes: every group of the process, so
+    every group of the one member it runs)."""
+
+    def __init__(self, read=None):
+        self._read = read
+        self._last: tuple[float, int, int] | None = None
+
+    def __call__(self, now: float | None = None) -> tuple[float | None, float | None]:
+        if self._read is None:
+            from mccl import _C
+            self._read = _C._wire_bytes
+        now = time.monotonic() if now is None else now
+        sent, received = self._read()
+        last, self._last = self._last, (now, sent, received)
+        if last is None or now <= last[0]:
+            return None, None
+        dt = now - last[0]
+        return (sent - last[1]) / dt, (received - last[2]) / dt
+
+
 def member_status(job, rank: int, host: str = _HOST) -> dict:
-    """This member's status value (status/m/<id>): about 250 bytes."""
+    """This member's status value (status/m/<id>): about 300 bytes."""
     times = list(job._step_times)
     busy = sum(t for t, _ in times)
     # Job(shares="speed"): this member's samples in the last step, and why it
     # is (or is about to be asked to leave as) a straggler; None otherwise.
     bal = getattr(job, "_balance", None)
     share, straggler = bal.status() if bal is not None else (None, None)
+    rate = getattr(job, "_wire_rate", None)
+    if rate is None:
+        rate = job._wire_rate = WireRate()
+    sent_Bps, received_Bps = rate()
     return {"id": job.id[:keys.NAME_MAX], "host": host, "rank": rank,
             "pid": getattr(job, "_pid", None) or os.getpid(), "generation": job.generation, "step": live_step(job),
             "step_s": _r(busy / len(times)) if times else None,
             "samples_per_s": _r(sum(s for _, s in times) / busy, 2) if busy else None,
             "boundary_s": _r(_mean(itertools.islice(reversed(job.boundary_s), 20)), 5),
             "skipped": len(job.skipped), "share": share,
+            "wire_sent_Bps": None if sent_Bps is None else round(sent_Bps),
+            "wire_received_Bps": None if received_Bps is None else round(received_Bps),
             "straggler": straggler[:keys.TEXT_MAX] if straggler else None, "time": round(time.time(), 3)}
 
 

@@ -283,6 +283,8 @@ class Fleet:
                          "step_s": keys.num(s.get("step_s"), 0), "samples_per_s": keys.num(s.get("samples_per_s"), 0),
                          "boundary_s": keys.num(s.get("boundary_s"), 0), "skipped": keys.integer(s.get("skipped"), 0),
                          "share": keys.integer(s.get("share"), 0), "straggler": keys.text(s.get("straggler")) or None,
+                         "wire_sent_Bps": keys.num(s.get("wire_sent_Bps"), 0),
+                         "wire_received_Bps": keys.num(s.get("wire_received_Bps"), 0),
                          "age_s": round(now - t, 1) if t is not None else None})
         waits = [r["boundary_s"] for r in rows if r["boundary_s"] is not None]
         mid_wait = statistics.median(waits) if waits else None

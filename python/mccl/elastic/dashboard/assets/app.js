@@ -176,6 +176,10 @@ function changesTable(job) {
   return box;
 }
 
+function wire(bps) {
+  return bps === null || bps === undefined ? "–" : (bps ? bytes(bps) : "0 B") + "/s";
+}
+
 function memberRow(r) {
   return el("tr", {"data-member": r.id},
     el("td", {class: "n", text: r.rank}), el("td", {text: r.host, title: r.id}),
@@ -184,6 +188,8 @@ function memberRow(r) {
     el("td", {class: "n", text: num(r.samples_per_s)}),
     el("td", {class: "n" + (r.straggler ? " warn" : ""), text: r.share ?? "–",
               title: r.straggler || null}),
+    el("td", {class: "n", text: wire(r.wire_sent_Bps), title: "bytes per second its MCCL sockets sent"}),
+    el("td", {class: "n", text: wire(r.wire_received_Bps), title: "bytes per second its MCCL sockets received"}),
     el("td", {class: "n" + (r.stale ? " warn" : ""), text: r.age_s === null ? "never" : dur(r.age_s)}));
 }
 
@@ -193,6 +199,8 @@ function memberTable(rows) {
     el("th", {class: "n", text: "step"}), el("th", {class: "n", text: "waits"}),
     el("th", {class: "n", text: "samples/s"}),
     el("th", {class: "n", text: "share", title: "samples of the last step (Job(shares=\"speed\")); a straggler is marked"}),
+    el("th", {class: "n", text: "wire out", title: "bytes per second its MCCL sockets sent, every group of the member"}),
+    el("th", {class: "n", text: "wire in", title: "bytes per second its MCCL sockets received"}),
     el("th", {class: "n", text: "status age"})));
   rows.forEach(r => t.append(memberRow(r)));
   return t;
