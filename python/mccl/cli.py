@@ -101,6 +101,23 @@ def _plan_network(a) -> tuple[float, float, float | None]:
 def _plan(a) -> int:
     from . import plan
 
+    if a.diloco_h:
+        alpha, over, beta = _plan_network(a)
+        if not (a.params and a.inner_ms) or beta is None:
+            print("mccl plan --diloco-h: give --params, --inner-ms and the links' rate (--link-gbit or --tune)",
+                  file=sys.stderr)
+            return 2
+        try:
+            rows = [plan.diloco_project(a.params, a.diloco_h, a.inner_ms / 1000, int(n), a.wire, a.fragments,
+                                        a.overlap, beta, alpha, over, a.host_s, a.sync_factor)
+                    for n in a.nodes.split(",")]
+        except ValueError as e:
+            print(f"mccl plan --diloco-h: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(rows, indent=1) if a.json else
+              plan.render_diloco(rows, a.params, a.diloco_h, a.inner_ms / 1000, 8.0 / beta))
+        return 0
+
     if a.validate_collectives:
         alpha, over, beta = _plan_network(a)
         runs = {}
@@ -343,6 +360,20 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--backward-share", type=float, default=2 / 3,
                     help="share of the one-machine step spent in backward (--validate; default 2/3)")
     pl.add_argument("--json", action="store_true")
+    # -- DiLoCo (mccl.elastic.DiLoCoState): the model of an outer sync (plan.diloco_project)
+    pl.add_argument("--diloco-h", type=int, metavar="H",
+                    help="instead: DiLoCo with H inner steps per round (needs --params, --inner-ms and the "
+                         "links' rate): per round the outer syncs, the time they expose, the utilisation")
+    pl.add_argument("--inner-ms", type=float, help="--diloco-h: one inner step's compute")
+    pl.add_argument("--wire", default="bf16", choices=["fp32", "bf16", "fp16", "int8"],
+                    help="--diloco-h: the outer all-reduce's wire dtype")
+    pl.add_argument("--fragments", type=int, default=1, help="--diloco-h: streamed fragments")
+    pl.add_argument("--overlap", type=int, help="--diloco-h: inner steps each fragment's sync overlaps "
+                                                "(default: 0 with one fragment, the gap between fragments with more)")
+    pl.add_argument("--host-s", type=float, default=0.0,
+                    help="--diloco-h: the outer steps' host work per round (mccl-bench diloco measures it)")
+    pl.add_argument("--sync-factor", type=float, default=1.0,
+                    help="--diloco-h: measured outer-sync time over the model's (mccl-bench diloco prints both)")
 
     e = sub.add_parser("elastic", help="elastic jobs: the store they meet at, and who is in")
     es = e.add_subparsers(dest="action", required=True)

@@ -453,3 +453,54 @@ def inputs_from_files(scaling: str | None, tune: str | None, matmul: str | None,
             out[key] = fp32["tflops"]
             out["sources"][key] = f"{path} (fp32, {m['device']})"
     return out
+
+
+# ---- DiLoCo: the outer sync (mccl.elastic.DiLoCoState) -----------------------------
+# Bytes on the wire per float32 value: the 16-bit wires half; int8 one byte
+# plus a float32 scale per 256 values.
+WIRE_RATIO = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5, "int8": (1.0 + 4.0 / 256) / 4.0}
+
+
+def diloco_project(params: int, H: int, inner_s: float, n: int, wire: str = "bf16", fragments: int = 1,
+                   overlap: int | None = None, beta_ns_per_byte: float = _NET["beta_ns_per_byte"],
+                   alpha_us: float = _NET["alpha_us"], overhead_us: float = _NET["overhead_us"],
+                   host_s: float = 0.0, sync_factor: float = 1.0) -> dict:
+    """One round of DiLoCo on n machines: H inner steps of `inner_s` each
+    (compute, no communication), and `fragments` outer syncs of
+    4 * params / fragments bytes of float32 pseudo-gradients, each sent as
+    `wire` (WIRE_RATIO of the bytes; priced as MCCL's float32 all-reduce of
+    that many bytes: the wire paths' pairwise exchange moves the same
+    2(N-1)/N of the bytes per link as the ring) and overlapping `overlap`
+    inner steps (diloco_plan.Schedule: 0 for one fragment, the gap between
+    fragments with more). Fragment syncs never overlap each other (one is
+    applied before the next is issued), so each exposes
+    max(0, sync - overlap * inner_s). `host_s`: the outer steps' own work
+    per round (the optimizer, the merges), measured. `sync_factor`: the
+    measured sync time over this model's (mccl-bench diloco prints both; the
+    16-bit wire's pairwise exchange measured 1.4-1.6x on the network lab).
+
+        round(n)   = H * inner_s + fragments * max(0, sync_f(n) - tau * inner_s) + host_s
+        utilisation = H * inner_s / round(n)
+    """
+    from .elastic.diloco_plan import Schedule
+    tau = Schedule(H, fragments, overlap).tau
+    frag_bytes = 4.0 * params / fragments * WIRE_RATIO[wire]
+    sync_f = sync_factor * allreduce_seconds(frag_bytes, n, alpha_us, overhead_us, beta_ns_per_byte)[0]
+    exposed = fragments * max(0.0, sync_f - tau * inner_s)
+    round_s = H * inner_s + exposed + host_s
+    return {"nodes": n, "utilisation": H * inner_s / round_s, "sync_s": fragments * sync_f, "exposed_s": exposed,
+            "round_s": round_s, "per": "round", "fragments": fragments, "overlap": tau, "wire": wire,
+            "bytes_per_round": fragments * frag_bytes, "host_s": host_s, "sync_factor": sync_factor}
+
+
+def render_diloco(rows: list[dict], params: int, H: int, inner_s: float, gbit: float) -> str:
+    r0 = rows[0]
+    lines = [f"mccl plan: DiLoCo, {params:,} parameters ({4 * params / 1e9:.2f} GB float32), H = {H} inner steps "
+             f"of {inner_s:g} s, {r0['fragments']} fragment(s) overlapping {r0['overlap']} inner step(s), "
+             f"the {r0['wire']} wire ({r0['bytes_per_round'] / 1e9:.2f} GB per member per round), "
+             f"{gbit:.2f} Gbit/s per link",
+             f"{'nodes':>6} {'sync (s)':>9} {'exposed (s)':>12} {'round (s)':>10} {'utilisation':>12}"]
+    for r in rows:
+        lines.append(f"{r['nodes']:>6} {r['sync_s']:>9.2f} {r['exposed_s']:>12.2f} {r['round_s']:>10.1f} "
+                     f"{100 * r['utilisation']:>11.1f}%")
+    return "\n".join(lines)

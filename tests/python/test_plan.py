@@ -144,6 +144,27 @@ def test_plan_cli_needs_its_inputs_and_prints_json():
     assert [r["nodes"] for r in out["rows"]] == [24, 100, 200]
 
 
+
+def test_plan_cli_prices_a_diloco_round():
+    # mccl plan --diloco-h: the outer syncs of a round (plan.diloco_project);
+    # it needs the inner step's compute and the links' rate.
+    base = [sys.executable, "-m", "mccl.cli", "plan", "--diloco-h", "50", "--params", "1000000000"]
+    p = subprocess.run(base + ["--link-gbit", "1"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--inner-ms" in p.stderr
+    p = subprocess.run(base + ["--inner-ms", "1000", "--link-gbit", "1", "--nodes", "8,200", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    plain = json.loads(p.stdout)
+    assert [r["nodes"] for r in plain] == [8, 200] and plain[0]["overlap"] == 0
+    assert plain[0]["bytes_per_round"] == pytest.approx(2e9) and plain[0]["exposed_s"] == plain[0]["sync_s"] > 0
+    p = subprocess.run(base + ["--inner-ms", "1000", "--link-gbit", "1", "--fragments", "5", "--nodes", "8"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "5 fragment(s) overlapping 10 inner step(s)" in p.stdout and "100.0%" in p.stdout
+    p = subprocess.run(base + ["--inner-ms", "1000", "--link-gbit", "1", "--fragments", "5", "--overlap", "11"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "overlap 11" in p.stderr
+
 @pytest.mark.slow
 def test_scaling_bench_feeds_the_plan(tmp_path):
     out, s, printed = scaling(tmp_path, "--ns", "1,2", "--backends", "mccl,gloo", "--preset", "tiny", "--steps",

@@ -10,6 +10,8 @@
     mccl-bench hetero --netlab hetero --speeds 1,1,2,4  # members at their own speed: shares by speed vs equal
     mccl-bench wire-accuracy --real --ns 2,3,4          # the same from real all-reduces on N ranks
     mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
+    mccl-bench diloco --netlab diloco --rates 62.5mbit,625mbit   # DDP vs (streaming) DiLoCo: utilisation
+    mccl-bench diloco-quality --ns 4,8                  # DDP vs DiLoCo at equal samples: loss, accuracy
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench training-report s1.json s2.json s3.json  # repeats of it: medians and ranges (--plot)
     mccl-bench collectives-report n16.json n24.json     # collective sweeps at several N: % of goodput (--plot)
@@ -203,6 +205,44 @@ def _hetero_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phases", default="shares,slowdown,cost",
                    help="comma list of: shares (solo, equal and speed), slowdown, cost (equal members)")
     p.add_argument("--json")
+
+
+def _diloco_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--netlab", metavar="NAME", help="member i on host i of this network lab, store on h0")
+    p.add_argument("--members", type=int, default=8, help="members (one per lab host)")
+    p.add_argument("--params-m", type=float, default=62.5,
+                   help="model parameters in millions (float32; 62.5: 1/16 of 1 B, with --rates scaled alike)")
+    p.add_argument("--compute-ms", type=float, default=1000.0, help="emulated compute per (inner) step")
+    p.add_argument("--modes", default="ddp,diloco,streaming", help="comma list of ddp, diloco, streaming")
+    p.add_argument("--rates", default="", help="comma list of lab link rates to run at (e.g. 62.5mbit,625mbit)")
+    # not --wire: on Python < 3.12 the top-level parser takes it for an ambiguous --wire-security/--wire-dtype
+    p.add_argument("--outer-wire", dest="wire", default="bf16", choices=["fp32", "bf16", "fp16", "int8"],
+                   help="the outer syncs' wire")
+    p.add_argument("--wire-reduce", default="auto", choices=["auto", "ring", "pairwise"],
+                   help="how the 16-bit outer syncs reduce (DiLoCoState(wire_reduce=...))")
+    p.add_argument("--ddp-wire", default="fp32", choices=["fp32", "bf16", "fp16", "int8"], help="DDP's gradients' wire")
+    p.add_argument("--H", type=int, default=50, help="inner steps per round")
+    p.add_argument("--fragments", type=int, default=5, help="streaming: fragments")
+    p.add_argument("--overlap", type=int, default=-1, help="streaming: inner steps a sync overlaps (-1: the gap)")
+    p.add_argument("--rounds", type=int, default=3, help="DiLoCo rounds (the first warms up)")
+    p.add_argument("--ddp-steps", type=int, default=3, help="DDP steps (the first warms up)")
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--link-gbit", type=float, default=0.0, help="without --netlab: the links' rate for the plan")
+    p.add_argument("--project", default="24,200", type=lambda t: [int(x) for x in t.split(",") if x],
+                   help="member counts to project to with the plan's model")
+    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--json")
+
+
+def _diloco_quality_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ns", default="4,8")
+    p.add_argument("--hs", default="4,8,16,32", help="DiLoCo inner steps per round to sweep")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--configs", default="", help="extra configurations, e.g. streaming:16:4,bf16:16,int8:16")
+    p.add_argument("--json")
+    p.add_argument("--plot")
+    p.add_argument("--table", help="write the markdown table here")
 
 
 def _status_load_args(p: argparse.ArgumentParser) -> None:
@@ -410,6 +450,11 @@ MODES: dict[str, Mode] = {
                     _in_process("elastic")),
     "hetero": Mode("members at their own speed: shares by speed against equal shares, a "
                    "member slowed mid-run, the cost when members are equal", _hetero_args, _in_process("hetero")),
+    "diloco": Mode("DDP, DiLoCo and streaming DiLoCo on an emulated large model: compute "
+                   "utilisation, outer syncs hidden, the plan's model beside", _diloco_args, _in_process("diloco")),
+    "diloco-quality": Mode("DDP against DiLoCo at equal samples on a small real task "
+                           "(scikit-learn's digits): final loss and accuracy over seeds", _diloco_quality_args,
+                           _in_process("diloco_quality")),
     "status-load": Mode("the fleet's status page with 200 simulated members and agents: "
                         "coordinator CPU, page load, member-side cost", _status_load_args,
                         _in_process("status_load")),

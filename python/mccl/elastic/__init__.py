@@ -18,10 +18,14 @@ same in a plain DDP loop), and StragglerPolicy lets one that stays far
 behind leave.
 
 See job.py for the loop, records.py and decisions.py for the protocol,
-docs/fleet.md for running a studio's fleet.
+docs/fleet.md for running a studio's fleet. A model the links cannot keep
+up with: elastic.DiLoCoState(model, inner_optimizer, outer_optimizer,
+sampler, H=...) in place of State (diloco.py: H local steps between outer
+syncs, optionally streamed in fragments, on a bf16 or int8 wire).
 """
 
 from .balance import Balancer
+from .diloco import DiLoCoState
 from .events import (Change, Excluded, JobFinished, JobMissing, JobStopped, Refused, Unreadable)
 from .job import Job
 from .records import Cause, Generation
@@ -30,6 +34,6 @@ from .sharded import ShardedState
 from .state import State, broadcast_state
 from .stragglers import StragglerPolicy
 
-__all__ = ["Balancer", "Cause", "Change", "ElasticSampler", "Excluded", "Generation", "Job", "JobFinished",
+__all__ = ["Balancer", "Cause", "Change", "DiLoCoState", "ElasticSampler", "Excluded", "Generation", "Job", "JobFinished",
            "JobMissing", "JobStopped", "Refused", "ShardedState", "State", "StragglerPolicy", "Unreadable",
            "broadcast_state"]

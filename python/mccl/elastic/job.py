@@ -338,6 +338,12 @@ class Job(Joining, Transitions):
             self.close()
 
     def _run(self, state: State, train_step, steps: int, on_step) -> str:
+        # -- DiLoCo (issue 46): a DiLoCoState runs its own loop of inner steps,
+        # outer syncs and changes at rounds' ends (diloco_loop.py).
+        outer_loop = getattr(state, "outer_loop", None)
+        if outer_loop is not None:
+            return outer_loop(self, train_step, steps, on_step)
+        # -- end DiLoCo
         self._sampler_batch = state.sampler.batch
         self.steps = steps
         self._know_state(state)

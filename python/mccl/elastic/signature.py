@@ -87,4 +87,7 @@ def of_state(state) -> list[str]:
             return describe(model, optimizer) + of_data(state)
         except Exception:  # noqa: BLE001 - a model that cannot be built on meta: not checked
             return []
-    return describe(state.model, state.optimizer) + of_data(state)
+    # A DiLoCoState adds its schedule, wire and outer optimizer (a joiner
+    # with another H would meet the members' collectives out of step).
+    extra = getattr(state, "signature_lines", None)
+    return describe(state.model, state.optimizer) + of_data(state) + (list(extra()) if callable(extra) else [])
