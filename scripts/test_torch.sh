@@ -94,7 +94,7 @@ rm -rf "$STAGE"
 # would download the newest torch and build against that instead).
 say "building mccl against torch $($VPY -c 'import torch; print(torch.__version__)')"
 mkdir -p "$CACHE"; LOG=$CACHE/build-torch$TORCH_VERSION.log
-if ! (cd "$SRC" && $VPY -m pip install -v --no-build-isolation . >"$LOG" 2>&1); then
+if ! (cd "$SRC" && PIP_CONFIG_FILE=/dev/null $VPY -m pip install -v --no-build-isolation . >"$LOG" 2>&1); then
   grep -n -E "error|Error" "$LOG" | head -n 60 || true
   echo "build failed against torch $TORCH_VERSION; full log: $LOG" >&2
   exit 1
