@@ -462,6 +462,47 @@ def test_saver_snapshot_is_isolated_from_later_changes(tmp_path):
     assert saver.wait().step == 3 and saver._buffers[0].data_ptr() != ptrs[0]
 
 
+def test_deferred_tensors_are_copied_on_the_saver_thread_before_the_fence_returns(tmp_path):
+    # A State job's parameters and optimizer state change only in the
+    # optimizer's step: the saver copies them on its thread while the next
+    # forward and backward run; the job calls fence() before the step.
+    ckpts = Gated(tmp_path, keep=5)
+    saver = BackgroundSaver(ckpts)
+    w, buf = torch.arange(1000.0), torch.full((4,), 7.0)
+    live = {"w": w, "buf": buf, "meta": {"lr": 0.1}}
+    started = threading.Event()
+    real_copy = torch.Tensor.copy_
+
+    assert saver.snapshot_and_save(1, live, deferred=lambda t: t.data_ptr() == w.data_ptr())
+    buf.fill_(-1)              # not deferred: copied before snapshot_and_save returned
+    live["meta"]["lr"] = 0.5   # objects are deep copies
+    assert saver.fence() >= 0.0
+    w.add_(100)                # after the fence: the checkpoint keeps the step's values
+    ckpts.gate.set()
+    got = load_state(saver.wait())
+    assert_same(torch.arange(1000.0), got["w"])
+    assert_same(torch.full((4,), 7.0), got["buf"]) and got["meta"] == {"lr": 0.1}
+    assert saver.fence() == 0.0  # nothing in flight
+
+    # The fence waits for the copy: a copy held back on the saver's thread.
+    gate = threading.Event()
+
+    def slow_copy(self, src, *a, **k):
+        if threading.current_thread().name.startswith("mccl-checkpoint"):
+            started.set()
+            gate.wait(10)
+        return real_copy(self, src, *a, **k)
+
+    import unittest.mock
+    with unittest.mock.patch.object(torch.Tensor, "copy_", slow_copy):
+        saver.snapshot_and_save(2, live, kind="periodic", deferred=lambda t: t.data_ptr() == w.data_ptr())
+        assert started.wait(10)
+        threading.Timer(0.3, gate.set).start()
+        assert saver.fence() >= 0.25
+    saver.wait()
+    assert_same(w, load_state(saver.last_ref)["w"])
+
+
 def test_snapshot_stall_100mb(tmp_path):
     big = [torch.randn(5 << 20) for _ in range(4)]  # 4 x 20 MiB
     small = [torch.randn(50 << 10) for _ in range(100)]  # 100 x 200 KiB

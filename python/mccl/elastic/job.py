@@ -374,6 +374,7 @@ class Job(Joining, Transitions):
                 self.boundary_s.append(time.perf_counter() - tb)
                 if end_at is not None:
                     self._end_at = end_at
+                self._durable.fence()  # a background save's copy of the parameters is done
                 state.optimizer.step()
                 state.optimizer.zero_grad(set_to_none=True)
                 state.sampler.advance(self.world, micro)

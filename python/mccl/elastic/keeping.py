@@ -17,6 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 
 log = logging.getLogger("mccl.elastic")
@@ -76,6 +77,9 @@ class Keeping:
         return ""
 
     def periodic(self, state, meta) -> None:
+        pass
+
+    def fence(self) -> None:
         pass
 
     def close(self) -> None:
@@ -160,13 +164,30 @@ class StateKeeping(Keeping):
 
     def periodic(self, state, meta) -> None:
         """Rank 0, at a committed step: a background save every `every_s`
-        (`meta()` gives the manifest's meta)."""
+        (`meta()` gives the manifest's meta). The parameters and the
+        optimizer's state are copied on the saver's thread while the next
+        step's forward and backward run (they change neither); fence()
+        waits for that copy before anything changes them again. Buffers
+        (a forward may update them) and every other object are copied
+        here."""
         if dist.get_rank() != 0 or time.monotonic() - self._last < self.every_s:
             return
         self._last = time.monotonic()
         t0 = time.perf_counter()
-        self.saver.snapshot_and_save(state.step, state.state_dict(), kind="periodic", meta=meta())
-        self.stalls.append(time.perf_counter() - t0)
+        # A DiLoCoState changes its state between inner steps too (outer
+        # steps, merges): copied whole here.
+        deferred = None if getattr(state, "outer_loop", None) is not None else _stepped_by_optimizer(state)
+        if self.saver.snapshot_and_save(state.step, state.state_dict(), kind="periodic", meta=meta(),
+                                        deferred=deferred):
+            self.stalls.append(time.perf_counter() - t0)
+
+    def fence(self) -> None:
+        """Before the optimizer step, a change or a recovery: the periodic
+        save in flight has its copy of the state (its wait counts in the
+        save's stall)."""
+        waited = self.saver.fence()
+        if waited and self.stalls:
+            self.stalls[-1] += waited
 
     def close(self) -> None:
         try:
@@ -225,3 +246,11 @@ def newest_in(folder: str, job_id: str) -> Ref | None:
 class _NoState:
     checkpoint_dir = None
 
+
+def _stepped_by_optimizer(state):
+    """Whether a tensor of state.state_dict() is one only the optimizer's
+    step changes: a parameter or a tensor of the optimizer's state."""
+    ptrs = {p.data_ptr() for g in state.optimizer.param_groups for p in g["params"]}
+    for st in state.optimizer.state.values():
+        ptrs.update(v.data_ptr() for v in st.values() if isinstance(v, torch.Tensor))
+    return lambda t: t.data_ptr() in ptrs

@@ -139,6 +139,7 @@ class Transitions:
 
     # ---- a step boundary's change ------------------------------------------------
     def _change(self, state, leavers: list[int], joiners: int) -> str:
+        self._durable.fence()  # a change may send or replace the state a background save still copies
         if self.rank not in leavers:
             return self._change_here(state, leavers, joiners)
         # A leaver must be gone within its agent's deadline, store or not:
@@ -383,6 +384,7 @@ class Transitions:
         `stop`: this member's own reason to stop the job (train_step raised
         here, or this rank saw the ranks disagree): the job stops on every
         member instead."""
+        self._durable.fence()
         t0 = time.monotonic()
         n, formed = self.generation, self._formed
         rec = self.record

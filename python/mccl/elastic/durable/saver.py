@@ -56,6 +56,7 @@ class BackgroundSaver:
         self.last_bytes = self.bytes_written = 0  # checkpoint payload bytes
         self._buffers: list[torch.Tensor] = []  # snapshot buffers, by tensor order in the state
         self._thread: threading.Thread | None = None
+        self._copied: threading.Event | None = None  # set once the save in flight copied its deferred tensors
         self._unreported: BaseException | None = None
 
     @property
@@ -67,11 +68,17 @@ class BackgroundSaver:
         """CPU memory held by the snapshot buffers between saves."""
         return sum(b.numel() * b.element_size() for b in self._buffers)
 
-    def snapshot_and_save(self, step: int, state_dict, kind: str = "periodic", meta: dict | None = None) -> bool:
+    def snapshot_and_save(self, step: int, state_dict, kind: str = "periodic", meta: dict | None = None,
+                          deferred=None) -> bool:
         """Snapshots `state_dict` now and writes it in the background. A
         periodic save while one is in flight is skipped (returns False); any
         other kind waits for the one in flight. Usage errors raise here;
-        write errors go to last_error and wait()."""
+        write errors go to last_error and wait().
+
+        `deferred(tensor) -> bool` names CPU tensors whose copy may be made
+        on the saver's thread instead (before it writes): the caller
+        promises not to change them until fence() returns. The rest (other
+        tensors, every other object) is copied before this returns."""
         meta = check_args(step, kind, meta)
         if self.busy:
             if kind == "periodic":
@@ -82,12 +89,25 @@ class BackgroundSaver:
             self._thread.join()
         self._unreported = None  # an earlier failure was logged; wait() reports this save's
         t0 = time.perf_counter()
-        snap = self._snapshot(state_dict)
+        snap, later = self._snapshot(state_dict, deferred)
         self.last_stall_s = time.perf_counter() - t0
-        self._thread = threading.Thread(target=self._write, args=(step, snap, kind, meta), daemon=True,
-                                        name=f"mccl-checkpoint-{step}")
+        self._copied = threading.Event()
+        if not later:
+            self._copied.set()
+        self._thread = threading.Thread(target=self._write, args=(step, snap, kind, meta, later, self._copied),
+                                        daemon=True, name=f"mccl-checkpoint-{step}")
         self._thread.start()
         return True
+
+    def fence(self) -> float:
+        """Blocks until the save in flight has copied its deferred tensors
+        (the caller may change them again); returns the seconds it waited."""
+        copied = self._copied
+        if copied is None or copied.is_set():
+            return 0.0
+        t0 = time.perf_counter()
+        copied.wait()
+        return time.perf_counter() - t0
 
     def wait(self, timeout: float | None = None) -> CheckpointRef | None:
         """Blocks until the save in flight is written; raises the error of
@@ -103,9 +123,15 @@ class BackgroundSaver:
             raise err
         return self.last_ref
 
-    def _write(self, step: int, snap, kind: str, meta: dict) -> None:
+    def _write(self, step: int, snap, kind: str, meta: dict, later=(), copied=None) -> None:
         t0 = time.perf_counter()
         try:
+            try:
+                for buf, t in later:
+                    buf.copy_(t.detach())
+            finally:
+                if copied is not None:
+                    copied.set()
             ref = save_state(self.ckpts, step, snap, kind, meta, name=self.name)
         except Exception as e:
             self.last_error = self._unreported = e
@@ -121,14 +147,15 @@ class BackgroundSaver:
         finally:
             self.last_write_s = time.perf_counter() - t0
 
-    def _snapshot(self, state_dict):
+    def _snapshot(self, state_dict, deferred=None):
         """A copy of `state_dict` whose plain tensors live in this saver's
         CPU buffers (one memcpy each) and whose other objects are deep
-        copies. A tensor held twice (tied weights) is copied once; distinct
-        views of one storage become distinct tensors."""
+        copies, and the (buffer, tensor) pairs whose copy is deferred to the
+        saver's thread. A tensor held twice (tied weights) is copied once;
+        distinct views of one storage become distinct tensors."""
         tensors: dict[int, torch.Tensor] = {}
         _collect(state_dict, tensors)
-        memo, buffers, by_view, devices = {}, [], {}, set()
+        memo, buffers, by_view, devices, later = {}, [], {}, set(), []
         for t in tensors.values():
             if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided or t.is_quantized:
                 continue  # deepcopy clones it
@@ -138,7 +165,10 @@ class BackgroundSaver:
                 buf = self._buffers[i] if i < len(self._buffers) else None
                 if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
                     buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
-                buf.copy_(t.detach(), non_blocking=t.is_cuda)
+                if deferred is not None and t.device.type == "cpu" and deferred(t):
+                    later.append((buf, t))
+                else:
+                    buf.copy_(t.detach(), non_blocking=t.is_cuda)
                 devices.add(t.device)
                 by_view[view] = buf
                 buffers.append(buf)
@@ -147,7 +177,7 @@ class BackgroundSaver:
             if d.type == "cuda":
                 torch.cuda.synchronize(d)
         self._buffers = buffers
-        return copy.deepcopy(state_dict, memo)
+        return copy.deepcopy(state_dict, memo), later
 
 
 def _collect(x, out: dict) -> None:
