@@ -57,11 +57,15 @@ precision and clock skew do not matter). One writer per root at a time (the
 job's rank 0): concurrent writers never corrupt a checkpoint, but may prune
 more than either meant to.
 
-BackgroundSaver: periodic saves that stall training for one memcpy. The
-caller's thread copies every tensor into CPU snapshot buffers (allocated at
-the first save, reused while shapes match) and deep-copies the small Python
-objects around them; a background thread serialises the snapshot straight
-to the file (no second copy) and writes the checkpoint. Cost: one copy of
+BackgroundSaver: periodic saves that stall training for one memcpy, or
+less. The caller's thread copies every tensor into CPU snapshot buffers
+(allocated at the first save, reused while shapes match) and deep-copies
+the small Python objects around them; tensors the caller names `deferred`
+(mccl.elastic: the parameters and the optimizer's state, which only the
+optimizer's step changes) are copied on the background thread instead, and
+the caller calls fence() before it changes them. The background thread
+then serialises the snapshot straight to the file (no second copy) and
+writes the checkpoint. Cost: one copy of
 the state in CPU memory, held between saves. At most one save is in flight;
 a periodic save requested meanwhile is skipped and counted, a "dormant" or
 "stopped" one waits for the save in flight instead.
