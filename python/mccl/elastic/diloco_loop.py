@@ -118,6 +118,8 @@ class _Loop:
                     return "left"
                 continue
             except _TrainStepError as e:
+                if job._leaving_after(e):
+                    return "left"
                 log.error("mccl.elastic: train_step raised on this member at inner step %d (samples %s): %r",
                           job._step_of_error, e.samples, e.error)
                 stop, failure = job._stop_error("train_step", e.error, e.samples), e.error

@@ -274,9 +274,10 @@ class Job(Joining, Transitions):
         where the state is kept on disk."""
         if not self._sig_lines:
             self._sig_lines = sigs.of_state(state)
-            if self._sig_lines and self._balance is not None:
+            if self._balance is not None:
                 # Shares by speed widen the boundary's all_reduce: a member
-                # with equal shares would meet it with another size.
+                # with equal shares would meet it with another size (also
+                # where the model has no signature of its own).
                 self._sig_lines = self._sig_lines + ["job: shares=speed"]
             self._sig = sigs.signature(self._sig_lines) if self._sig_lines else ""
         if not self._durable.enabled:
@@ -374,18 +375,19 @@ class Job(Joining, Transitions):
                 self.boundary_s.append(time.perf_counter() - tb)
                 if end_at is not None:
                     self._end_at = end_at
-                self._durable.fence()  # a background save's copy of the parameters is done
-                state.optimizer.step()
+                state.optimizer.step()  # waits for a background save's copy first (Keeping.periodic)
                 state.optimizer.zero_grad(set_to_none=True)
                 state.sampler.advance(self.world, micro)
                 state.step += 1
                 self.step = state.step
                 self._step_times.append((time.perf_counter() - t_step, len(idx)))
                 self._last_loss = _scalar(loss)
-                if not state.sharded and self._durable.enabled:
-                    self._durable.periodic(state, self._meta)
                 if on_step is not None:
                     on_step(self, state, loss)
+                if not state.sharded and self._durable.enabled:
+                    # After on_step (it may change the parameters): the copy
+                    # then overlaps the next step's forward and backward.
+                    self._durable.periodic(state, self._meta)
                 if self._end_at is not None and state.step >= min(steps, self._end_at):
                     joiners = 0  # the job ends here: nobody is admitted at its last boundary
                 if leavers or joiners:
@@ -397,13 +399,7 @@ class Job(Joining, Transitions):
                                    "from the store for longer than timeout_s)")
                 continue
             except _TrainStepError as e:
-                if self._leave:
-                    # Asked to leave, and its step failed meanwhile (its agent's
-                    # signal reached its data loader's workers too): it leaves
-                    # now; the others recover as from a crash (one step).
-                    log.warning("mccl.elastic: train_step raised while this member was leaving (%r): left",
-                                e.error)
-                    self._drop_group()
+                if self._leaving_after(e):
                     return "left"
                 log.error("mccl.elastic: train_step raised on this member at step %d (samples %s): %r",
                           state.step, e.samples, e.error)
@@ -420,6 +416,16 @@ class Job(Joining, Transitions):
                 self._recover(state, failure, stop=stop)  # stops the job: raises JobStopped
             else:
                 self._recover_until_formed(state, failure)
+
+    def _leaving_after(self, e: "_TrainStepError") -> bool:
+        """train_step failed on a member asked to leave (its agent's signal
+        reached its data loader's workers too): it leaves now, the others
+        recover as from a crash (one step). False when it was not leaving."""
+        if not self._leave:
+            return False
+        log.warning("mccl.elastic: train_step raised while this member was leaving (%r): left", e.error)
+        self._drop_group()
+        return True
 
     def _train(self, model, idx: list[int], micro: int, train_step):
         """This member's forward and backward of the step: micro-batches

@@ -145,6 +145,7 @@ class StateKeeping(Keeping):
 
     def load(self, ref: Ref, state) -> int:
         from .durable import load_state
+        self.fence()  # replaces what a background save may still be copying
         raw = self._raw(ref.name)
         if raw is None:
             raise RuntimeError(f"mccl.elastic: checkpoint {ref.name} in {self.where} is gone or not valid")
@@ -180,6 +181,15 @@ class StateKeeping(Keeping):
         if self.saver.snapshot_and_save(state.step, state.state_dict(), kind="periodic", meta=meta(),
                                         deferred=deferred):
             self.stalls.append(time.perf_counter() - t0)
+            if deferred is not None:
+                # Whoever steps the optimizer next (the job, or a train_step
+                # that calls step() itself) waits for the copy first.
+                handle = None
+
+                def before_step(*_):
+                    handle.remove()
+                    self.fence()
+                handle = state.optimizer.register_step_pre_hook(before_step)
 
     def fence(self) -> None:
         """Before the optimizer step, a change or a recovery: the periodic

@@ -96,7 +96,11 @@ class BackgroundSaver:
             self._copied.set()
         self._thread = threading.Thread(target=self._write, args=(step, snap, kind, meta, later, self._copied),
                                         daemon=True, name=f"mccl-checkpoint-{step}")
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            self._copied.set()  # nothing will copy: fence() must not wait for it
+            raise
         return True
 
     def fence(self) -> float:
