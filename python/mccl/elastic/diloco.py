@@ -119,7 +119,7 @@ class DiLoCoState:
         self.residual: dict[int, torch.Tensor] = {}
         self._bufs: dict[tuple[int, int], torch.Tensor] = {}
         self.local_live = False            # this member trains in a round (a load merges, not replaces)
-        self.outer_wire = ""               # what MCCL runs the outer all-reduce as ("bf16 wire, ring")
+        self.outer_wire = ""               # what MCCL runs the outer all-reduce as ("ring_wire (bf16)")
         self.syncs: list[dict] = []        # recent applications: round, fragment, count, seconds waited
         self.inner_clock = 0               # the job's inner steps, as this member has trained them
 

@@ -76,7 +76,7 @@ class _Loop:
             self.group = wire_group(st.wire_dtype, min_bytes=0, reduce=st.wire_reduce)
         self.group_of = default
         backend = (self.group or default)._get_backend(torch.device("cpu"))
-        probe = torch.empty(max(g.numel() for g in st.globals), dtype=st.master)
+        probe = max(st.globals, key=lambda g: g.numel()).detach()  # what a fragment's sync sends (read, not sent)
         describe = getattr(backend, "_algorithm_for", None)
         st.outer_wire = describe("all_reduce", probe) if describe is not None else type(backend).__name__
         return self.group
