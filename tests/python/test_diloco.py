@@ -95,6 +95,13 @@ def _rounds_done(fleet) -> int:
     return max(found, default=-1)
 
 
+def _inner_step(fleet, r: int) -> int:
+    """The latest inner step any member logged in round r (-1: none yet)."""
+    found = [int(m.group(1)) for i in range(len(fleet.procs))
+             for m in re.finditer(rf"^INNER {r} (\d+) ", fleet.text(i), re.M)]
+    return max(found, default=-1)
+
+
 def _world(fleet) -> int:
     log = diloco_log(fleet)
     return len(log["rounds"][max(log["rounds"])][1]) if log["rounds"] else 0
@@ -234,7 +241,9 @@ def test_streaming_job_survives_a_kill_with_a_fragment_in_flight_and_matches_a_r
     # equal the replay of the logged applications.
     H, P = 6, 3
     master, port = _store()
-    fleet = _fleet(tmp_path, port, ["--H", str(H), "--fragments", str(P), "--sleep-ms", "40"])
+    # 100 ms inner steps: the kill lands mid-round, with fragments of the
+    # round still to apply, however late this process sees the round begin.
+    fleet = _fleet(tmp_path, port, ["--H", str(H), "--fragments", str(P), "--sleep-ms", "100"])
     try:
         for _ in range(3):
             fleet.start(initial=3)
@@ -242,7 +251,9 @@ def test_streaming_job_survives_a_kill_with_a_fragment_in_flight_and_matches_a_r
         joiner = fleet.start()
         fleet.wait_for("the join", lambda: _world(fleet) == 4)
         mark = _rounds_done(fleet)
-        fleet.wait_for("a round after it", lambda: _rounds_done(fleet) > mark)
+        # A round of the four, its first inner step done (its last fragment
+        # applies at inner step H): the kill leaves applications to make.
+        fleet.wait_for("a round after it, one inner step in", lambda: _inner_step(fleet, mark + 1) >= 0)
         os.killpg(fleet.procs[1].pid, signal.SIGKILL)
         fleet.wait_for("the crash", lambda: _world(fleet) == 3, 90)
         stop = (max(diloco_log(fleet)["rounds"]) + 2) * H
