@@ -61,7 +61,7 @@ class Joining:
                     said = why
                 if v is Verdict.MISSING and time.monotonic() - t0 > self.timeout.total_seconds():
                     raise JobMissing(f"mccl.elastic: job {self.members.job!r}: {why}")
-                time.sleep(0.2)
+                time.sleep(0.1)  # a store that came back empty is re-seeded within about 0.3 s
                 continue
             if v is Verdict.FINISHED:
                 raise JobFinished(f"mccl.elastic: job {self.members.job!r} is over: {why}; start a new job under "

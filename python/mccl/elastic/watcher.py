@@ -9,10 +9,11 @@ Every 0.2 s, on its own connection to the store:
   about once a second (a joiner waits while that moves; three, so that one
   dying leaves the beat going), also while the member is stuck in a
   collective;
-- every member: when its connection to the store was made anew (the store
-  went away and came back) and about every 2 s otherwise, it checks that the
-  store still holds the member's generation, and writes back what a store
-  that restarted empty lost (Membership.reseed);
+- every member: while the store is away it looks for it at every tick; when
+  its connection to the store was made anew (the store went away and came
+  back) and about every 2 s otherwise, it checks that the store still holds
+  the member's generation, and writes back what a store that restarted
+  empty lost (Membership.reseed);
 - it publishes the member's status for the fleet's status page (rate-limited;
   the first thing dropped when the store is slow or away);
 - about every 2 s it looks whether the job went on without this member (a
@@ -85,6 +86,12 @@ class Watcher:
         rank = rec.members.index(job.id) if rec is not None and job.id in rec.members else -1
         if rank < 0 or not rec.live:
             return
+        if m.store.health.away:
+            # This process's store is away: look for it at every tick (a probe
+            # that is refused at once while nothing listens), so that a store
+            # that came back empty is written back within a tick, not at this
+            # member's next call of its own.
+            m.has(f"g/{n}")
         fresh = m.store.epoch != self._epoch
         if tick % 10 == 0:
             self._fence(n, m)

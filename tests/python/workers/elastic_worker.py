@@ -8,6 +8,7 @@ Exit codes: 0 done or left, 3 excluded, 4 the job stopped (JobStopped),
 5 refused, 6 the job had finished, 7 no such job (JobMissing)."""
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -37,6 +38,10 @@ def model():
 
 
 X, Y = dataset()
+# mccl.elastic's lines with the wall time (ms), so a test's failure reads as a
+# timeline beside the COMMIT lines' "t".
+logging.basicConfig(format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
+                    level=logging.WARNING)
 
 
 def loss_of(net, idx):
