@@ -408,7 +408,7 @@ def test_the_speed_bench_runs_ddp_and_diloco_on_loopback(tmp_path):
     import sys
     out = tmp_path / "d.json"
     p = subprocess.run([sys.executable, "-m", "mccl.bench", "diloco", "--members", "2", "--params-m", "0.5",
-                        "--compute-ms", "20", "--H", "6", "--fragments", "3", "--rounds", "2", "--ddp-steps", "3",
+                        "--compute-ms", "20", "--H", "6", "--fragments", "3", "--rounds", "3", "--ddp-steps", "3",
                         "--link-gbit", "1", "--project", "24", "--timeout", "120", "--json", str(out)],
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
@@ -421,3 +421,9 @@ def test_the_speed_bench_runs_ddp_and_diloco_on_loopback(tmp_path):
     assert 0.0 <= rows["streaming"]["hidden"] <= 1.0 and rows["streaming"]["sync_factor"] > 0
     assert "calibrated" in rows["streaming"]["projected"]["24"]
     assert "plan at N=24" in p.stdout
+    # The window is round 2 whole (its end included), not round 1's end.
+    assert rows["streaming"]["inner_steps"] == 6 and rows["streaming"]["start_skew_s"] >= 0.0
+    assert rows["diloco"]["boundary_s"] is not None
+    short = subprocess.run([sys.executable, "-m", "mccl.bench", "diloco", "--members", "2", "--rounds", "2",
+                            "--link-gbit", "1"], capture_output=True, text=True, timeout=60)
+    assert short.returncode != 0 and "--rounds 2" in short.stderr and "at least 3" in short.stderr, short.stderr

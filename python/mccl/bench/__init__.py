@@ -224,7 +224,7 @@ def _diloco_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--H", type=int, default=50, help="inner steps per round")
     p.add_argument("--fragments", type=int, default=5, help="streaming: fragments")
     p.add_argument("--overlap", type=int, default=-1, help="streaming: inner steps a sync overlaps (-1: the gap)")
-    p.add_argument("--rounds", type=int, default=3, help="DiLoCo rounds (the first warms up)")
+    p.add_argument("--rounds", type=int, default=3, help="DiLoCo rounds, at least 3 (the first warms up, the last ends the job; those between are measured)")
     p.add_argument("--ddp-steps", type=int, default=3, help="DDP steps (the first warms up)")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--link-gbit", type=float, default=0.0, help="without --netlab: the links' rate for the plan")

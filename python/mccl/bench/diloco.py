@@ -7,8 +7,10 @@ emulated model of --params-m million float32 parameters (one flat tensor),
 this machine's cores). Per run it prints
 
 - utilisation: compute slept / wall time, in the steady state (DiLoCo:
-  from the end of the first round, which warms the connections up; DDP: from
-  the second step);
+  rounds 2 .. R-1 whole, each with its outer syncs' applications and its
+  end's all_reduce: the first round warms the connections up and its end
+  absorbs the members' start skew, printed as "start skew"; DDP: from the
+  second step);
 - exposed: the time members waited for the network (DDP: the buckets after
   backward; DiLoCo: the fragments' all-reduces at their application points);
 - hidden: the share of the outer syncs' time on the wire (issue to sum
@@ -102,6 +104,10 @@ def summarise(mode: str, results: list[dict]) -> dict:
         out["hidden"] = max(0.0, 1.0 - worst["waited_s"] / on_wire) if on_wire > 0 else None
         out["syncs"] = worst["syncs"]
         out["fragments"], out["overlap"], out["H"] = worst["fragments"], worst["overlap"], worst["H"]
+    if "start_skew_s" in worst:  # the first round's end: the members' start skew (not in the window)
+        out["start_skew_s"] = max(r["start_skew_s"] for r in results)
+        out["boundary_s"] = statistics.median(b for r in results for b in r["boundary_s"]) \
+            if any(r["boundary_s"] for r in results) else None
     if mode == "ddp":
         out["step_s"] = statistics.median(worst["step_s"])
     return out
@@ -120,6 +126,10 @@ def run(args) -> None:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SystemExit(f"mccl-bench diloco: unknown modes {bad}; choose from {', '.join(MODES)}")
+    if args.rounds < 3 and set(modes) - {"ddp"}:
+        raise SystemExit(f"mccl-bench diloco: --rounds {args.rounds}: DiLoCo runs need at least 3 (the first warms "
+                         "up and absorbs the members' start skew, the last ends the job; those between are measured "
+                         "whole, each with its end)")
     rates = [r.strip() for r in args.rates.split(",") if r.strip()] if args.rates else [None]
     rows = []
     for rate in rates:
@@ -232,6 +242,10 @@ def render_row(r: dict) -> str:
                  f"{100 * r['hidden']:.1f} % hidden; host {r['host_s']:.1f} s")
     if r.get("cpu_s") is not None:
         text += f"; CPU {r['cpu_s']:.1f} s; issuing {r.get('issue_s') or 0.0:.2f} s"
+    if r.get("start_skew_s") is not None:
+        b = r.get("boundary_s")
+        text += (f"; rounds' ends {'-' if b is None else f'{1000 * b:.0f} ms'} (median), "
+                 f"start skew {r['start_skew_s']:.1f} s (round 1, not measured)")
     if r.get("step_s"):
         text += f"  step {r['step_s']:.1f} s (plan {p['sync_s'] + 0:.1f} s comm)"
     return text

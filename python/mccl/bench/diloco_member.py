@@ -45,37 +45,38 @@ def diloco(a) -> dict:
                                 overlap=None if a.overlap < 0 else a.overlap)
     job = elastic.Job(a.store, a.job, initial=a.world, create=True, timeout_s=600.0, initial_wait_s=120.0)
     slept = [0.0]
-    marks: dict[int, tuple[float, float]] = {}  # inner clock -> (wall, slept) after that inner step
-    cpu: dict[int, float] = {}  # inner clock -> this process's CPU time (all its threads)
+    # The window: from the start of round 2's first inner step to the start
+    # of the last round's: rounds 2 .. R-1 whole, each with its outer syncs'
+    # applications and its end (the boundary's all_reduce). The first round
+    # warms the connections up, and its end absorbs the members' start skew
+    # (reported as start_skew_s); the last one ends the job.
+    first, last = a.H, (a.rounds - 1) * a.H
+    marks: dict[int, tuple[float, float, float]] = {}  # inner step -> (wall, slept, CPU) at its start
     g = torch.Generator().manual_seed(0)
     bump = torch.randn(4096, generator=g) * 1e-3
     steps = a.rounds * a.H
 
     def train_step(model, idx):
+        k = state.inner_clock  # this inner step's index (inner_clock counts those done)
+        if k in (first, last):
+            marks[k] = (time.perf_counter(), slept[0], time.process_time())
         t = time.perf_counter()
         time.sleep(a.compute_ms / 1000)
         slept[0] += time.perf_counter() - t
         with torch.no_grad():
             model.w[:4096].add_(bump)
 
-    def on_step(job, st, loss):
-        if st.inner_clock in (a.H, steps):
-            marks[st.inner_clock] = (time.perf_counter(), slept[0])
-            cpu[st.inner_clock] = time.process_time()
-
-    job.run(state, train_step, steps=steps, on_step=on_step)
-    # From the end of the first round's inner steps (the first round warms
-    # the connections up) to the end of the last one's: rounds 2.. whole,
-    # less the last one's final application, plus the first one's.
-    (t0, s0), (t1, s1) = marks[a.H], marks[steps]
+    job.run(state, train_step, steps=steps)
+    (t0, s0, c0), (t1, s1, c1) = marks[first], marks[last]
     syncs = [s for s in state.syncs if t0 < s["t"] <= t1]
     out = {"mode": "diloco", "world": job.world, "wall_s": t1 - t0, "compute_s": s1 - s0,
-           "inner_steps": steps - a.H, "wire": state.outer_wire, "fragments": a.fragments,
+           "inner_steps": last - first, "wire": state.outer_wire, "fragments": a.fragments,
            "overlap": state.schedule.tau, "H": a.H, "waited_s": sum(s["waited_s"] for s in syncs),
            "host_s": sum(s["host_s"] for s in syncs), "issue_s": sum(s["issue_s"] for s in syncs),
            "syncs": len(syncs),
            "wire_s": [s["wire_s"] for s in syncs if s["wire_s"] is not None],
-           "boundary_s": list(job.boundary_s)[1:], "cpu_s": cpu[steps] - cpu[a.H]}
+           "boundary_s": list(job.boundary_s)[1:a.rounds - 1], "start_skew_s": job.boundary_s[0],
+           "cpu_s": c1 - c0}
     dist.destroy_process_group()
     return out
 
