@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 
 import torch
 
 import mccl.elastic as elastic
+
+
+# mccl.elastic's lines with the wall time (ms): a member's log reads as a
+# timeline beside its events' "t".
+logging.basicConfig(format="%(asctime)s.%(msecs)03d %(levelname)s %(message)s", datefmt="%H:%M:%S",
+                    level=logging.WARNING)
 
 
 def emit(**kw):

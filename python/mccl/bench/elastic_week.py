@@ -177,6 +177,8 @@ def _fault(m: Members, fault: StoreFault, ids: dict, hosts: int, outage_s: float
         at_return = m.max_step()
         fault.start()
         back = _now()
+        print(f"# night {k + 1}: the store is back at {time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} "
+              "(members' log lines carry the wall time)", flush=True)
         m.wait(f"night {k + 1}: the joiner admitted after the store's return",
                lambda: _members_in(m) == hosts, timeout)
         admitted = _now() - back

@@ -14,8 +14,9 @@ One step, on every member:
      gradients are averaged over the members of this step);
   3. the boundary: one small all_reduce carrying who asks to leave, and
      (from rank 0, whose thread watches the store) how many joiners wait and
-     whether the job was asked to end; it is issued before the step's
-     compute and waited for here, so a stable period pays almost nothing;
+     whether the job was asked to end; it is issued once the step's compute
+     is done, so what was asked during the step is acted on at its end, for
+     one small all_reduce's latency per step;
   4. the optimizer step, and the sampler moves on (the step is committed);
      rank 0 snapshots the state for a background checkpoint now and then;
   5. if the boundary said so, the membership changes (transitions.py):
@@ -364,14 +365,13 @@ class Job(Joining, Transitions):
                 if state.sharded and state.checkpoint_due():
                     state.save(meta=dict(self._meta(), kind="periodic"))
                 t_step = time.perf_counter()
-                boundary = self._boundary(state.step)
                 micro = self.micro_batches()
                 idx = state.sampler.indices(self.rank, self.world, micro, self._shares(state, micro))
                 model = self.model(state)
                 self._step_of_error = state.step
                 loss = self._train(model, idx, micro, train_step)
                 tb = time.perf_counter()
-                leavers, joiners, end_at = boundary()
+                leavers, joiners, end_at = self._boundary(state.step)()
                 self.boundary_s.append(time.perf_counter() - tb)
                 if end_at is not None:
                     self._end_at = end_at
@@ -556,10 +556,14 @@ class Job(Joining, Transitions):
 
     def _boundary(self, step: int):
         """Starts the step's boundary: one small all_reduce of who asks to
-        leave and (rank 0) how many joiners wait and at which step the job
-        was asked to end, issued before the step's compute so that it is
-        done when the step ends. Returns a function that waits for it and
-        gives (leaver ranks, joiners, end step or None)."""
+        leave, (rank 0) how many joiners wait and at which step the job was
+        asked to end, and (shares by speed) every member's time per sample.
+        Issued when the step's compute is done (its gradients reduced), so a
+        joiner or a leave seen during the step is acted on at its end, and
+        the step's own times set the next step's shares; it costs one small
+        all_reduce's latency per step (docs/benchmarks.md, the step-boundary
+        check). Returns a function that waits for it and gives (leaver ranks,
+        joiners, end step or None)."""
         world = self.world
         self._watch()
         speeds = world if self._balance is not None else 0  # shares by speed: every member's ns per sample
