@@ -1,9 +1,10 @@
 """A job that outlives every machine (mccl.elastic, issue "dawn, dusk and the
-coordinator's reboot"), end to end on loopback: the fleet empties and comes
-back, the store restarts empty, the whole fleet dies, rank 0 dies in a join,
-a joiner dies as it is admitted, joiners whose model differs, a sample that
-cannot be read, a job that finished, a mistyped job id. Each run's
-parameters equal the one-process replay of the steps it committed."""
+coordinator's reboot"), end to end on loopback (the deaths in joins also on
+the network lab): the fleet empties and comes back, the store restarts
+empty, the whole fleet dies, rank 0 dies in a join, a joiner dies as it is
+admitted, joiners whose model differs, a sample that cannot be read, a job
+that finished, a mistyped job id. Each run's parameters equal the
+one-process replay of the steps it committed."""
 
 from __future__ import annotations
 
@@ -430,3 +431,76 @@ def test_the_store_restarts_while_the_job_is_dormant_and_the_next_member_resumes
     finally:
         fleet.kill_all()
         server.kill()
+
+
+@pytest.mark.netlab
+def test_deaths_in_joins_on_the_network_lab(tmp_path):
+    # The two deaths in a join on a 6-host lab (1 Gbit/s links, the store on
+    # host 0), each member on its own host: rank 0 dies as the join it wrote
+    # opens (two joiners wait), then, in a second job, a joiner dies the
+    # moment it is admitted. The issue's bounds: the others train again
+    # within 2 s plus the state's transfer (a few hundred bytes here), and
+    # within the crash bound (2 s). Printed; asserted with room for a
+    # loaded machine.
+    from mccl.elastic.membership import KeySetter
+    from mccl.netlab import Lab
+    missing = Lab.requirements(goodput=False)
+    if missing:
+        pytest.skip("network lab needs " + " and ".join(missing))
+    lab = Lab.up(6, rate="1gbit", name="mcclo")
+    figures = {}
+    try:
+        for case in ("rank0", "joiner"):
+            tmp = tmp_path / case
+            tmp.mkdir()
+            port = 29473 if case == "rank0" else 29474
+            server = StoreServer(lab.hosts[0].address, port, prefix=lab.prefix(0)).start()
+            # Founders wait up to 60 s for each other: on a loaded machine the
+            # second and third start (and wait out a new store's re-seed
+            # window) more than the default 10 s after the first asked.
+            fleet = Fleet(server.address, tmp, lab, extra=["--timeout-s", "30" if case == "rank0" else "20",
+                                                           "--initial-wait-s", "60"])
+            setter = KeySetter(server.address, "test", prefix=lab.prefix(0))
+            try:
+                if case == "rank0":
+                    fleet.start(initial=3, extra=["--die-at-open"])  # the first to ask: rank 0
+                    fleet.wait_for("request 1", lambda: setter.requests() >= 1)
+                    fleet.start(initial=3)
+                    fleet.start(initial=3)
+                    fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and
+                                   max(fleet.commits()) >= 5, 120)
+                    joiners = [fleet.start(), fleet.start()]
+                    fleet.wait_for("rank 0's death", lambda: "DYING at the open" in fleet.text(0), 120)
+                    died = time.time()
+                    fleet.wait_for("4 members training", lambda: fleet.latest_world() == 4 and
+                                   all("COMMIT" in fleet.text(j) for j in joiners), 90)
+                    first = min(t for s, ws in fleet.commits().items() if 4 in ws for t in fleet.commit_times(s))
+                    figures[case] = first - died
+                    survivors = [1, 2, *joiners]
+                else:
+                    for _ in range(3):
+                        fleet.start(initial=3)
+                    fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and
+                                   max(fleet.commits()) >= 5, 120)
+                    ghost = fleet.start(extra=["--die-when-admitted"])
+                    fleet.wait_for("its death", lambda: "DYING when admitted" in fleet.text(ghost), 120)
+                    died = time.time()
+                    before = max(fleet.commits())
+                    fleet.wait_for("steps after it", lambda: max(fleet.commits()) >= before + 3, 60)
+                    figures[case] = min(fleet.commit_times(before + 2)) - died
+                    late = fleet.start()
+                    fleet.wait_for("the second joiner", lambda: "COMMIT" in fleet.text(late) and
+                                   fleet.latest_world() == 4, 120)
+                    survivors = [0, 1, 2, late]
+                stop = max(fleet.commits()) + 8
+                setter.end(stop)
+                ends_as_replayed(fleet, tmp, survivors, stop)
+            finally:
+                setter.close()
+                fleet.kill_all()
+                server.kill()
+        print(f"lab: rank 0's death in a join -> the 4 members' next step {figures['rank0']:.2f} s; "
+              f"a joiner's death at admission -> the members' next step {figures['joiner']:.2f} s")
+        assert figures["rank0"] < 20 and figures["joiner"] < 12, figures
+    finally:
+        lab.down()

@@ -443,6 +443,9 @@ class KeySetter:
              "        g = m.latest_generation()[1]\n"
              "        print('ok', g.to_json() if g is not None else '-', flush=True)\n"
              "        continue\n"
+             "    elif k == 'REQUESTS':\n"
+             "        print('ok', m.requests(), flush=True)\n"
+             "        continue\n"
              "    else:\n"
              "        m.set(k, v)\n"
              "    print('ok', flush=True)\n")
@@ -479,6 +482,10 @@ class KeySetter:
         """The job's newest generation record."""
         text = self._send("LATEST", "-")
         return None if text == "-" else Generation.from_json(text)
+
+    def requests(self) -> int:
+        """Join requests made so far."""
+        return int(self._send("REQUESTS", "-"))
 
     def close(self) -> None:
         self.proc.kill()

@@ -90,6 +90,7 @@ if __name__ == "__main__":
                    help="kill this process in the first join's new generation, after it met the others and "
                         "before its process group publishes its address")
     p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--initial-wait-s", type=float, default=10.0, help="how long founders wait for --initial")
     p.add_argument("--die-at-open", action="store_true",
                    help="as rank 0 of the first join's new generation: die once every member came to its "
                         "rendezvous, before opening it (after it wrote the join generation)")
@@ -135,7 +136,8 @@ if __name__ == "__main__":
         state = elastic.State(net, torch.optim.SGD(net.parameters(), lr=0.05), sampler)
     # A survivor slower than the grace to check in after a failure is taken
     # for dead (by design); CI's 2 cores can be that slow, so a wide grace.
-    job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=3.0, timeout_s=a.timeout_s, create=a.create,
+    job = elastic.Job(a.store, a.job, initial=a.initial, initial_wait_s=a.initial_wait_s, crash_grace_s=3.0,
+                      timeout_s=a.timeout_s, create=a.create,
                       checkpoint_dir=a.checkpoint_dir or None, checkpoint_every_s=a.checkpoint_every_s,
                       shares=a.shares, global_batch=a.global_batch or None,
                       straggler=elastic.StragglerPolicy(float(a.straggler.split(",")[0]),
