@@ -437,11 +437,12 @@ def test_the_store_restarts_while_the_job_is_dormant_and_the_next_member_resumes
 def test_deaths_in_joins_on_the_network_lab(tmp_path):
     # The two deaths in a join on a 6-host lab (1 Gbit/s links, the store on
     # host 0), each member on its own host: rank 0 dies as the join it wrote
-    # opens (two joiners wait), then, in a second job, a joiner dies the
-    # moment it is admitted. The issue's bounds: the others train again
-    # within 2 s plus the state's transfer (a few hundred bytes here), and
-    # within the crash bound (2 s). Printed; asserted with room for a
-    # loaded machine.
+    # opens (two joiners wait), then, in a second job, a joiner whose model
+    # is float32 is refused and one dies the moment it is admitted. The
+    # issue's bounds: the others train again within 2 s plus the state's
+    # transfer (a few hundred bytes here), the refusal stalls the members
+    # at most 1 s, the death at admission costs at most the crash bound
+    # (2 s). Printed; asserted with room for a loaded machine.
     from mccl.elastic.membership import KeySetter
     from mccl.netlab import Lab
     missing = Lab.requirements(goodput=False)
@@ -482,6 +483,9 @@ def test_deaths_in_joins_on_the_network_lab(tmp_path):
                         fleet.start(initial=3)
                     fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and
                                    max(fleet.commits()) >= 5, 120)
+                    odd = fleet.start(extra=["--float32"])  # refused at admission, the members go on
+                    fleet.may_fail.add(odd)
+                    assert fleet.procs[odd].wait(120) == 5 and "REFUSED" in fleet.text(odd), fleet.text(odd)
                     ghost = fleet.start(extra=["--die-when-admitted"])
                     fleet.wait_for("its death", lambda: "DYING when admitted" in fleet.text(ghost), 120)
                     died = time.time()
@@ -495,12 +499,16 @@ def test_deaths_in_joins_on_the_network_lab(tmp_path):
                 stop = max(fleet.commits()) + 8
                 setter.end(stop)
                 ends_as_replayed(fleet, tmp, survivors, stop)
+                if case == "joiner":  # the refusal's generation: its stall on the members
+                    figures["refused"] = max(float(x) for x in
+                                             re.findall(r"CHANGE gen \d+ pass world 3 stall (\S+)", fleet.text(0)))
             finally:
                 setter.close()
                 fleet.kill_all()
                 server.kill()
         print(f"lab: rank 0's death in a join -> the 4 members' next step {figures['rank0']:.2f} s; "
-              f"a joiner's death at admission -> the members' next step {figures['joiner']:.2f} s")
-        assert figures["rank0"] < 20 and figures["joiner"] < 12, figures
+              f"a joiner's death at admission -> the members' next step {figures['joiner']:.2f} s; "
+              f"a mismatched joiner refused with a stall of {figures['refused']:.3f} s")
+        assert figures["rank0"] < 20 and figures["joiner"] < 12 and figures["refused"] < 5, figures
     finally:
         lab.down()
