@@ -81,4 +81,4 @@ if [ "$QUICK" = 0 ]; then
 fi
 
 printf '\n== Python tests%s\n' "$([ "$QUICK" = 1 ] && echo ', quick tier: not slow, not netlab')"
-$PY -m pytest -q tests/python ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
+$PY -m pytest -q --durations=20 tests/python ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}
