@@ -404,6 +404,11 @@ def test_a_dead_join_request_is_passed_over_and_the_last_member_leaves(tmp_path)
         assert fleet.latest_world() == 2
         fleet.procs[1].send_signal(signal.SIGTERM)
         fleet.wait_for("the first leave", lambda: "LEFT" in fleet.text(1) and fleet.latest_world() == 1)
+        # A member that left has the objects of torch's import frozen, so its
+        # interpreter's exit (within the agent's leave deadline) skips them.
+        fleet.wait_for("the leaver's exit", lambda: fleet.procs[1].poll() is not None, 60)
+        frozen = re.search(r"FROZEN (\d+)", fleet.text(1))
+        assert frozen and int(frozen.group(1)) > 50_000, fleet.text(1)[-2000:]
         fleet.procs[0].send_signal(signal.SIGTERM)
         fleet.wait_for("the last leave", lambda: fleet.procs[0].poll() is not None, 60)
         fleet.procs[1].wait(30)

@@ -266,6 +266,37 @@ def test_a_joiner_killed_as_it_is_admitted_costs_the_members_seconds(tmp_path):
         del master
 
 
+def test_a_joiner_frozen_as_it_is_admitted_costs_the_members_one_timeout(tmp_path):
+    # The joiner stops the moment a generation admits it, but stays alive
+    # (its beacon answers: a process stopped in its tracks, not a dead one).
+    # Rank 0 waits timeout_s for it at the rendezvous, counts it dead, and
+    # the recovery does not wait for it a second time.
+    master, port = _store()
+    timeout_s = 6
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--timeout-s", str(timeout_s)])
+    ghost = None
+    try:
+        for _ in range(3):
+            fleet.start(initial=3)
+        fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 5)
+        ghost = fleet.start(extra=["--hang-when-admitted"])
+        fleet.wait_for("its admission", lambda: "HANGING when admitted" in fleet.text(ghost))
+        frozen = time.time()
+        before = max(fleet.commits())
+        fleet.wait_for("steps after it", lambda: max(fleet.commits()) >= before + 3, 90)
+        after = min(fleet.commit_times(before + 2))
+        print(f"the members' next steps came {after - frozen:.2f} s after the joiner froze (timeout_s {timeout_s})")
+        assert after - frozen < 2 * timeout_s, after - frozen
+        assert fleet.latest_world() == 3
+        os.killpg(fleet.procs[ghost].pid, signal.SIGKILL)
+        stop = max(fleet.commits()) + 5
+        _members(port).request_end(stop)
+        ends_as_replayed(fleet, tmp_path, [0, 1, 2], stop)
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_joiners_whose_model_differs_are_refused_and_the_members_go_on(tmp_path):
     # A float32 model where the job's is float64, then one with its first
     # layer frozen: each is refused at admission with the difference named;

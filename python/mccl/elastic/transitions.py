@@ -111,6 +111,11 @@ class Transitions:
                         m.note_dead(n, dead)
                         raise _Regroup(f"mccl.elastic: generation {n}'s rank(s) {dead} died before its rendezvous")
                     if time.monotonic() >= end:
+                        # Alive or not (a frozen process's beacon still
+                        # answers), they missed it: counted dead at once, so
+                        # the recovery does not wait for them again. One
+                        # that checks in after all is not (dead_set).
+                        m.note_dead(n, missing)
                         raise _Regroup(f"mccl.elastic: generation {n}'s ranks {missing} did not come to its "
                                        f"rendezvous within {self.timeout.total_seconds():g} s")
                     time.sleep(0.005)

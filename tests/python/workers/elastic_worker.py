@@ -96,6 +96,9 @@ if __name__ == "__main__":
                         "rendezvous, before opening it (after it wrote the join generation)")
     p.add_argument("--die-when-admitted", action="store_true",
                    help="a joiner: die the moment a generation admits it, before its rendezvous")
+    p.add_argument("--hang-when-admitted", action="store_true",
+                   help="a joiner: stop the moment a generation admits it, alive (its beacon answers) but never "
+                        "coming to its rendezvous")
     p.add_argument("--die-in-first-rebuild", action="store_true",
                    help="FSDP: kill this process as the first generation builds its sharded state")
     p.add_argument("--in-join-barrier", choices=["die", "skip"], default="",
@@ -180,6 +183,12 @@ if __name__ == "__main__":
             os.kill(os.getpid(), signal.SIGKILL)
         job._init_group = dying_admitted
         del init_group
+    if a.hang_when_admitted:
+        def hanging_admitted(n, rec, after=None):
+            print("HANGING when admitted", flush=True)
+            while True:
+                time.sleep(60)
+        job._init_group = hanging_admitted
     if a.die_in_state_sync:
         relay = job._sync
 
@@ -246,6 +255,8 @@ if __name__ == "__main__":
     try:
         if job.run(state, train_step, steps=a.steps, on_step=on_step) == "left":
             print("LEFT", flush=True)
+            import gc
+            print(f"FROZEN {gc.get_freeze_count()}", flush=True)  # the exit skips these (Job.run)
             print("WORKER OK", flush=True)
             sys.exit(0)
     except elastic.Excluded as e:
