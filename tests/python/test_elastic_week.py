@@ -40,7 +40,9 @@ def members_of(fleet: Fleet, setter: KeySetter) -> Members:
     return Members(start=lambda h, create: fleet.start(create=create, host=h), proc=lambda i: fleet.procs[i],
                    world=fleet.latest_world, max_step=max_step, trained=lambda i: "COMMIT" in fleet.text(i),
                    first_step=first_step, record=setter.latest, wait=fleet.wait_for, end=setter.end,
-                   ready_s=ready_s, expect_exit=fleet.may_fail.add)
+                   ready_s=ready_s, expect_exit=fleet.may_fail.add,
+                   start_armed=lambda h, path: fleet.start(host=h, extra=["--ask-when", path]),
+                   armed=lambda i: "ARMED" in fleet.text(i))
 
 
 def ends_as_a_replayed_week(fleet: Fleet, tmp_path, nights, hosts: int = HOSTS) -> None:
@@ -101,6 +103,10 @@ def test_a_week_of_nights_on_etcd_with_a_leader_kill(etcd_cluster, tmp_path):
         nights = week(members_of(fleet, setter), 4, NIGHTS,
                       StoreFault("etcd", kill_leader=kill_leader, restart=etcd_cluster.start,
                                  wait_leader=etcd_cluster.wait_leader))
+        fault = next(n.fault for n in nights if n.fault)
+        print(f"etcd leader killed: {fault}")
+        # the joiner was up before the kill and asked at it: its join ran during the election
+        assert fault["joiner_asked_at_kill"] and fault["joiner_ready_s"] is not None, fault
         ends_as_a_replayed_week(fleet, tmp_path, nights, hosts=4)
     finally:
         setter.close()

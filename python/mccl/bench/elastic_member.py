@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     p.add_argument("--params-mb", type=float, default=64.0)
     p.add_argument("--step-ms", type=float, default=300.0)
     p.add_argument("--crash-grace-s", type=float, default=1.0)
+    p.add_argument("--ask-when", default="",
+                   help="start up, say so (event armed), and ask to join only once this file exists")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     width = 1024
@@ -55,6 +58,10 @@ def main(argv=None) -> int:
     opt = torch.optim.SGD(net.parameters(), lr=1e-4, momentum=0.9)
     data = 1 << 20
     state = elastic.State(net, opt, elastic.ElasticSampler(data, batch=1, seed=0))
+    if a.ask_when:
+        emit(ev="armed", t=time.time())
+        while not os.path.exists(a.ask_when):
+            time.sleep(0.01)
     job = elastic.Job(a.store, a.job, initial=a.initial, crash_grace_s=a.crash_grace_s, timeout_s=a.timeout_s,
                       create=a.initial > 1 or a.create, checkpoint_dir=a.checkpoint_dir or None,
                       checkpoint_every_s=a.checkpoint_every_s)

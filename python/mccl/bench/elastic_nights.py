@@ -96,7 +96,9 @@ def run_week(args, lab) -> None:
                     proc=lambda i: r.procs[i], world=r.world, max_step=max_step,
                     trained=lambda i: bool(r.events("commit", [i])), first_step=first_step,
                     record=setter.latest, wait=lambda what, cond, t: r.wait(what, cond, t),
-                    end=setter.end, ready_s=ready_s)
+                    end=setter.end, ready_s=ready_s,
+                    start_armed=lambda h, path: r.start_member(store, h, extra + ["--ask-when", path]),
+                    armed=lambda i: bool(r.events("armed", [i])))
         hosts = len(lab.hosts) if lab is not None else args.hosts
         nights = week(m, hosts, args.nights, fault, outage_s=args.outage_s, timeout=args.timeout_s * 4,
                       log=lambda text: print(text, flush=True))
@@ -106,14 +108,14 @@ def run_week(args, lab) -> None:
               f"({state_mb:.0f} MB of state), {args.step_ms:g} ms emulated step")
         print("# dusk: the first member's process start -> its first step, and its own account (asking to join "
               "-> the state ready); join: each later member's own account; leave: SIGTERM -> the leaver's process gone; "
-              "crash: kill -9 -> training again without it")
+              "crash: kill -9 -> training again without it; dawn: SIGTERM to all -> every process gone")
         print(f"{'night':>5} {'dusk first':>10} {'resume':>7} {'resumed at':>10} {'dawn step':>9} {'all in':>7} "
-              f"{'join (median)':>13} {'leave':>6} {'crash':>6}")
+              f"{'join (median)':>13} {'leave':>6} {'crash':>6} {'dawn':>6}")
         for n in nights:
             joins = [j for j in n.join_s if j is not None]
             print(f"{n.night:>5} {n.dusk_first_s:>8.2f} s {_s(n.resume_s):>7} {n.dusk_step:>10} {n.dawn_step:>9} "
                   f"{n.dusk_s:>5.1f} s {_s(statistics.median(joins) if joins else None):>13} {n.leave_s:>4.2f} s "
-                  f"{n.crash_s:>4.2f} s")
+                  f"{n.crash_s:>4.2f} s {_s(n.dawn_s or None):>6}")
         lost = [n.night for n in nights[1:] if n.dusk_step != nights[n.night - 2].dawn_step]
         print(f"steps lost at dawn: {'none' if not lost else lost}; store fault: "
               + json.dumps(next((n.fault for n in nights if n.fault), {})))

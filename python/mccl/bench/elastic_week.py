@@ -23,7 +23,9 @@ the members (a Fleet of the tests, or the bench's Run) through `Members`.
 
 from __future__ import annotations
 
+import os
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,6 +52,11 @@ class Members:
     # its group's state being ready (None if it has not said yet)
     ready_s: Callable[[int], float | None] = lambda i: None
     expect_exit: Callable[[int], None] = lambda i: None
+    # start a member on a host that asks to join only once a file exists
+    # (the join at a chosen moment, its process start left out), and
+    # whether member i is up and waiting for it
+    start_armed: Callable[[int, str], int] | None = None
+    armed: Callable[[int], bool] = lambda i: False
 
 
 @dataclass
@@ -75,6 +82,7 @@ class Night:
     join_s: list = field(default_factory=list)     # each later member: asking to join -> its state ready
     leave_s: float = 0.0            # SIGTERM -> the leaver's process gone (its agent's deadline: 5 s)
     crash_s: float = 0.0            # kill -9 -> the world one smaller, training again
+    dawn_s: float = 0.0             # SIGTERM to every member -> every process gone (the checkpoint written)
     fault: dict = field(default_factory=dict)
 
 
@@ -137,9 +145,11 @@ def week(m: Members, hosts: int, nights: int = 7, fault: StoreFault | None = Non
             m.end(stop)
             m.wait("the end of the job", lambda: all(m.proc(ids[h]).poll() is not None for h in ids), timeout)
         else:
+            td = _now()
             for h in ids:
                 m.proc(ids[h]).send_signal(signal.SIGTERM)
             m.wait(f"night {k + 1}: dawn", lambda: all(m.proc(ids[h]).poll() is not None for h in ids), timeout)
+            n.dawn_s = _now() - td
             rec = m.record()
             if rec is None or rec.cause.value != "dormant":
                 raise AssertionError(f"night {k + 1}: after dawn the job is {rec}, not dormant")
@@ -187,8 +197,17 @@ def _fault(m: Members, fault: StoreFault, ids: dict, hosts: int, outage_s: float
         return {"kind": "tcp", "outage_s": round(back - t0, 2), "steps_during_outage": at_return - at_fault,
                 "joiner_admitted_after_return_s": round(admitted, 2),
                 "joiner_trained_after_return_s": round(_now() - back, 2)}
+    trigger, i = None, None
+    if m.start_armed is not None:
+        # The joiner is up and waiting before the leader dies, and asks the
+        # moment it does: its join runs during the election.
+        trigger = os.path.join(tempfile.mkdtemp(prefix="mccl-week-ask-"), "ask")
+        i = m.start_armed(h, trigger)
+        m.wait(f"night {k + 1}: the joiner up, before the leader's death", lambda: m.armed(i), timeout)
     t0 = _now()
     node = fault.kill_leader()
+    if trigger is not None:
+        open(trigger, "w").close()
     election: list[float] = []
     if fault.wait_leader is not None:  # timed beside the leave and the join, which happen meanwhile
         watcher = threading.Thread(target=lambda: (fault.wait_leader(), election.append(_now() - t0)), daemon=True)
@@ -197,7 +216,9 @@ def _fault(m: Members, fault: StoreFault, ids: dict, hosts: int, outage_s: float
     m.proc(ids[h]).send_signal(signal.SIGTERM)
     m.wait(f"night {k + 1}: the leave during the election", lambda: m.proc(ids[h]).poll() is not None, timeout)
     left_s = _now() - t_leave
-    ids[h] = i = m.start(h, False)  # its agent starts it again: a joiner during the election
+    if i is None:
+        i = m.start(h, False)  # its agent starts it again: a joiner during the election
+    ids[h] = i
     if fault.wait_leader is not None:
         watcher.join(timeout)
     election_s = election[0] if election else None
@@ -206,4 +227,4 @@ def _fault(m: Members, fault: StoreFault, ids: dict, hosts: int, outage_s: float
     fault.restart(node)
     return {"kind": "etcd", "leader": node, "election_s": round(election_s, 2) if election_s is not None else None,
             "leaver_gone_s": round(left_s, 2), "joiner_ready_s": round(ready, 2) if ready is not None else None,
-            "joiner_after_kill_s": round(_now() - t0, 2)}
+            "joiner_asked_at_kill": trigger is not None, "joiner_after_kill_s": round(_now() - t0, 2)}

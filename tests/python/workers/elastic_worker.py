@@ -96,6 +96,9 @@ if __name__ == "__main__":
                         "rendezvous, before opening it (after it wrote the join generation)")
     p.add_argument("--die-when-admitted", action="store_true",
                    help="a joiner: die the moment a generation admits it, before its rendezvous")
+    p.add_argument("--ask-when", default="",
+                   help="start up, print ARMED, and ask to join only once this file exists (a join at a chosen "
+                        "moment, its process start left out)")
     p.add_argument("--hang-when-admitted", action="store_true",
                    help="a joiner: stop the moment a generation admits it, alive (its beacon answers) but never "
                         "coming to its rendezvous")
@@ -137,6 +140,10 @@ if __name__ == "__main__":
     else:
         net = model()
         state = elastic.State(net, torch.optim.SGD(net.parameters(), lr=0.05), sampler)
+    if a.ask_when:
+        print("ARMED", flush=True)
+        while not os.path.exists(a.ask_when):
+            time.sleep(0.01)
     # A survivor slower than the grace to check in after a failure is taken
     # for dead (by design); CI's 2 cores can be that slow, so a wide grace.
     job = elastic.Job(a.store, a.job, initial=a.initial, initial_wait_s=a.initial_wait_s, crash_grace_s=3.0,
