@@ -69,6 +69,42 @@ def test_dawn_then_dusk_resumes_at_the_step_the_fleet_left(tmp_path):
         del master
 
 
+def test_an_fsdp_job_sleeps_at_dawn_in_a_verified_sharded_checkpoint_and_wakes_at_dusk(tmp_path):
+    # FSDP2 (ShardedState): two members leave at dawn; every rank writes its
+    # shards and rank 0 the manifest of their hashes; the job is dormant at
+    # that checkpoint. At dusk the first member resumes it at exactly that
+    # step (resharded 2 -> 1), a second joins (1 -> 2); the parameters, with
+    # momentum, equal the replay.
+    import elastic_worker as w
+    master, port = _store()
+    ckpt = tmp_path / "ckpt"
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--fsdp", str(ckpt), "--checkpoint-every", "1000"])
+    try:
+        for _ in range(2):
+            fleet.start(initial=2)
+        fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 6)
+        for p in fleet.procs:
+            p.send_signal(signal.SIGTERM)
+        fleet.wait_for("dawn", lambda: all(p.poll() is not None for p in fleet.procs))
+        fleet.assert_ok([0, 1])
+        rec = _latest(port)
+        left_at = max(fleet.commits()) + 1
+        assert rec.cause is Cause.DORMANT and rec.step == left_at, (rec, left_at)
+        assert (ckpt / rec.checkpoint / "MANIFEST.json").exists(), sorted(p.name for p in ckpt.iterdir())
+        dusk = fleet.start()
+        fleet.wait_for("the first member of the evening", lambda: "COMMIT" in fleet.text(dusk))
+        assert re.search(rf"took up job \S+ at step {left_at}", fleet.text(dusk)), fleet.text(dusk)[-3000:]
+        second = fleet.start()
+        fleet.wait_for("a second member", lambda: "COMMIT" in fleet.text(second) and fleet.latest_world() == 2)
+        stop = max(fleet.commits()) + 6
+        _members(port).request_end(stop)
+        worlds = ends_as_replayed(fleet, tmp_path, [dusk, second], stop, momentum=w.MOMENTUM)
+        assert worlds[0] == 2 and worlds[left_at] == 1, worlds
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_a_finished_job_tells_a_late_joiner_at_once(tmp_path):
     # run() reached its steps: the store says the job is over, and a joiner
     # that comes later hears it at once (not after its timeout).

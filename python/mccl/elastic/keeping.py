@@ -219,28 +219,32 @@ class ShardedKeeping(Keeping):
             state.checkpoint_dir = folder
 
     def latest(self) -> Ref | None:
-        try:
-            with open(os.path.join(self.where, "latest")) as f:
-                name = f.read().strip()
-        except OSError:
-            return None
-        meta = os.path.join(self.where, name, "mccl-meta.pt")
-        if not os.path.exists(os.path.join(self.where, name, ".metadata")) or not os.path.exists(meta):
-            return None
+        """The newest valid checkpoint (verified against its manifest once
+        per process; sharded_files.py)."""
+        from . import sharded_files as files
+        name = files.newest_valid(self.where)
+        return self._ref(name) if name is not None else None
+
+    def _ref(self, name: str) -> Ref:
         import torch
-        m = torch.load(meta, weights_only=False)
+        m = torch.load(os.path.join(self.where, name, "mccl-meta.pt"), weights_only=False)
         return Ref(name=name, step=int(m["step"]), generation=int(m.get("generation", -1)),
                    signature=str(m.get("signature", "")), incarnation=str(m.get("incarnation", "")),
                    kind=str(m.get("kind", "")))
 
     def find(self, name: str) -> Ref | None:
-        ref = self.latest()
-        return ref if ref is not None and ref.name == name else None
+        from . import sharded_files as files
+        if files.pointed(self.where) == name and files.legacy(os.path.join(self.where, name)):
+            return self.latest()  # an MCCL before manifests wrote it: the pointer vouches for it
+        why = files.check(os.path.join(self.where, name))
+        if why is not None:
+            log.warning("mccl.elastic: sharded checkpoint %s is not valid: %s", name, why)
+            return None
+        return self._ref(name)
 
     def save_now(self, state, kind: str, meta: dict, writer: bool | None = None) -> str:
         """Collective: every rank writes its shards."""
-        state.save(meta=dict(meta, kind=kind))
-        return f"step-{state.step:09d}"
+        return state.save(meta=dict(meta, kind=kind))
 
 
 def newest_in(folder: str, job_id: str) -> Ref | None:

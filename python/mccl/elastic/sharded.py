@@ -34,7 +34,6 @@ given, and ``state.optimizer``, never a reference kept from before.
 from __future__ import annotations
 
 import os
-import shutil
 
 import torch
 import torch.distributed as dist
@@ -78,6 +77,7 @@ class ShardedState:
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.checkpoint_step: int | None = None  # the step of the last checkpoint this member saw saved
+        self.checkpoint_name = ""                # and its folder's name
         self._builds = 0
 
     # ---- what does not shard ------------------------------------------------
@@ -176,46 +176,60 @@ class ShardedState:
         return self.checkpoint_dir is not None and self.step % self.checkpoint_every == 0 and \
             self.checkpoint_step != self.step
 
-    def save(self, meta: dict | None = None) -> None:
-        """Collective: a sharded checkpoint of this step; then (rank 0) the
-        pointer to it, and older ones removed. `meta`: the job's notes on it
-        (its generation, the model's signature), kept beside the step."""
+    def save(self, meta: dict | None = None) -> str:
+        """Collective: a sharded checkpoint of this step in a folder of its
+        own; every rank syncs and hashes its files, then rank 0 writes the
+        manifest, the pointer to it, and removes older ones
+        (sharded_files.py). `meta`: the job's notes on it (its generation,
+        the model's signature), kept beside the step. Returns the folder's
+        name."""
+        import uuid
+
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
-        path = os.path.join(self.checkpoint_dir, f"step-{self.step:09d}")
+        from . import sharded_files as files
+        rank = dist.get_rank()
+        names = [files.folder_name(self.step, uuid.uuid4().hex[:8]) if rank == 0 else None]
+        dist.broadcast_object_list(names, src=0)
+        path = os.path.join(self.checkpoint_dir, names[0])
         msd, osd = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
-        if dist.get_rank() == 0:
-            torch.save(dict(meta or {}, **self._meta()), os.path.join(path, "mccl-meta.pt"))
-            tmp = os.path.join(self.checkpoint_dir, "latest.tmp")
-            with open(tmp, "w") as f:
-                f.write(os.path.basename(path) + "\n")
-            os.replace(tmp, os.path.join(self.checkpoint_dir, "latest"))
-            kept = sorted(d for d in os.listdir(self.checkpoint_dir) if d.startswith("step-"))
-            for old in kept[:-self.keep]:
-                shutil.rmtree(os.path.join(self.checkpoint_dir, old), ignore_errors=True)
-        self.checkpoint_step = self.step
+        if rank == 0:
+            torch.save(dict(meta or {}, **self._meta()), os.path.join(path, files.META))
+        mine = files.sync_and_hash(path, files.own_files(path, rank))
+        every: list = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        if rank == 0:
+            listed = {k: v for part in every for k, v in part.items()}
+            files.write_manifest(self.checkpoint_dir, path, self.step, listed)
+            files.prune(self.checkpoint_dir, self.keep, names[0])
+        self.checkpoint_step, self.checkpoint_name = self.step, names[0]
+        return names[0]
 
     def restore(self) -> int:
-        """Collective on the (new) current group: the last checkpoint,
+        """Collective on the (new) current group: the newest valid checkpoint
+        (rank 0 verifies it against its manifest and names it to the
+        others; a torn or damaged one is skipped for the one before it),
         resharded for this group. Returns the steps rolled back."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from . import sharded_files as files
         if self.checkpoint_dir is None:
             raise RuntimeError("mccl.elastic.ShardedState: a member's shards were lost and there is no "
                                "checkpoint to roll back to (set checkpoint_dir to a folder every member "
                                "can read)")
-        try:
-            with open(os.path.join(self.checkpoint_dir, "latest")) as f:
-                path = os.path.join(self.checkpoint_dir, f.read().strip())
-        except OSError as e:
-            raise RuntimeError(f"mccl.elastic.ShardedState: no checkpoint in {self.checkpoint_dir}: {e}") from e
+        name = [files.newest_valid(self.checkpoint_dir) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(name, src=0)
+        if name[0] is None:
+            raise RuntimeError(f"mccl.elastic.ShardedState: no valid checkpoint in {self.checkpoint_dir}")
+        path = os.path.join(self.checkpoint_dir, name[0])
         before = self.step
         self._build()
         msd, osd = get_state_dict(self.model, self.optimizer)
         sd = {"model": msd, "optim": osd}
         dcp.load(sd, checkpoint_id=path)
         set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
-        self._load_meta(torch.load(os.path.join(path, "mccl-meta.pt"), weights_only=False))
+        self._load_meta(torch.load(os.path.join(path, files.META), weights_only=False))
+        self.checkpoint_name = name[0]
         self.checkpoint_step = self.step
         return before - self.step

@@ -561,7 +561,7 @@ class Transitions:
                 except Exception as e:  # noqa: BLE001 - the stop must be published all the same
                     log.error("mccl.elastic: saving the state of the stopped job failed: %s", e)
             elif state.sharded and state.checkpoint_step is not None:
-                name = f"step-{state.checkpoint_step:09d}"
+                name = state.checkpoint_name
             held = self._publish(n + 1, decisions.stopped(rec, max(top, 0), error, name, survivors))
         else:
             end = time.monotonic() + self.timeout.total_seconds()
