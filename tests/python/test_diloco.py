@@ -427,3 +427,22 @@ def test_the_speed_bench_runs_ddp_and_diloco_on_loopback(tmp_path):
     short = subprocess.run([sys.executable, "-m", "mccl.bench", "diloco", "--members", "2", "--rounds", "2",
                             "--link-gbit", "1"], capture_output=True, text=True, timeout=60)
     assert short.returncode != 0 and "--rounds 2" in short.stderr and "at least 3" in short.stderr, short.stderr
+
+
+def test_the_host_bench_times_each_fragments_outer_step_at_a_given_size(tmp_path):
+    # mccl-bench diloco-host: the product's hold, issue and apply for every
+    # fragment, in a group of one, for a model in one tensor and in several.
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "h.json"
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "diloco-host", "--params-m", "0.3", "--tensors", "1,7",
+                        "--fragments", "3", "--rounds", "2", "--H", "6", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["tensors"], r["fragments"], r["params"]) for r in rows] == [(1, 3, 300000), (7, 3, 300000)]
+    for r in rows:
+        assert len(r["rounds"]) == 2 and r["per_round_s"] > 0 and 0 < r["share_of_round"] < 1, r
+        assert all(v > 0 for v in r["per_fragment"].values()), r
+    assert "7 tensor(s): per fragment hold" in p.stdout, p.stdout

@@ -12,6 +12,7 @@
     mccl-bench wire-train --netlab mccl --nproc 4       # ViT DDP per wire dtype: samples/s, loss curves
     mccl-bench diloco --netlab diloco --rates 62.5mbit,625mbit   # DDP vs (streaming) DiLoCo: utilisation
     mccl-bench diloco-quality --ns 4,8                  # DDP vs DiLoCo at equal samples: loss, accuracy
+    mccl-bench diloco-host --params-m 1000             # DiLoCo's outer syncs on the training thread, real size
     mccl-bench scaling --ns 1,2,4 --json s.json         # ViT samples/s and efficiency, mccl vs Gloo
     mccl-bench training-report s1.json s2.json s3.json  # repeats of it: medians and ranges (--plot)
     mccl-bench collectives-report n16.json n24.json     # collective sweeps at several N: % of goodput (--plot)
@@ -234,6 +235,18 @@ def _diloco_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json")
 
 
+def _diloco_host_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params-m", type=float, default=1000.0, help="model parameters in millions (float32)")
+    p.add_argument("--tensors", default="1,100", type=lambda t: [int(x) for x in t.split(",") if x],
+                   help="comma list: the model in this many tensors (1: the lab's emulation; real models: many)")
+    p.add_argument("--fragments", type=int, default=4)
+    p.add_argument("--outer-wire", default="bf16", choices=["fp32", "bf16", "fp16", "int8"])
+    p.add_argument("--H", type=int, default=32, help="inner steps per round (for the share of a round)")
+    p.add_argument("--compute-ms", type=float, default=1000.0, help="compute per inner step (for the share)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json")
+
+
 def _diloco_quality_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ns", default="4,8")
     p.add_argument("--hs", default="4,8,16,32", help="DiLoCo inner steps per round to sweep")
@@ -452,6 +465,9 @@ MODES: dict[str, Mode] = {
                    "member slowed mid-run, the cost when members are equal", _hetero_args, _in_process("hetero")),
     "diloco": Mode("DDP, DiLoCo and streaming DiLoCo on an emulated large model: compute "
                    "utilisation, outer syncs hidden, the plan's model beside", _diloco_args, _in_process("diloco")),
+    "diloco-host": Mode("DiLoCo's outer syncs' work on the training thread at a model's real size "
+                        "(a group of one, no network): seconds per fragment and per round", _diloco_host_args,
+                        _in_process("diloco_host")),
     "diloco-quality": Mode("DDP against DiLoCo at equal samples on a small real task "
                            "(scikit-learn's digits): final loss and accuracy over seeds", _diloco_quality_args,
                            _in_process("diloco_quality")),
