@@ -218,8 +218,11 @@ def test_a_power_cut_loses_only_the_steps_since_the_last_save(tmp_path):
         fleet.wait_for("3 members and a checkpoint", lambda: fleet.latest_world() == 3 and len(_checkpoints(ckpt)) >= 2)
         for p in fleet.procs:
             os.killpg(p.pid, signal.SIGKILL)
+        for p in fleet.procs:
+            p.wait(30)
         last = max(fleet.commits())
         assert _latest(port).live
+        newest = max(_checkpoints(ckpt), key=lambda name: int(name.split("-")[1]))
         dawn = fleet.start()
         fleet.wait_for("the resume", lambda: "COMMIT" in fleet.text(dawn), 90)
         m = re.search(r"resumed at step (\d+) from (step-\S+)", fleet.text(dawn))
@@ -227,6 +230,8 @@ def test_a_power_cut_loses_only_the_steps_since_the_last_save(tmp_path):
         resumed = int(m.group(1))
         print(f"lost {last + 1 - resumed} step(s) of {last + 1}")
         assert 0 < resumed <= last + 1
+        # the newest periodic checkpoint the power cut left, not an older one
+        assert m.group(2) == newest and resumed == int(newest.split("-")[1]), (m.group(2), newest)
         stop = max(fleet.commits()) + 5
         _members(port).request_end(stop)
         fleet.wait_for("the end", lambda: fleet.procs[dawn].poll() is not None, 60)
