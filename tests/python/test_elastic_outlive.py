@@ -105,6 +105,50 @@ def test_an_fsdp_job_sleeps_at_dawn_in_a_verified_sharded_checkpoint_and_wakes_a
         del master
 
 
+def test_the_cli_ends_a_dormant_job_at_once_and_resumes_it(tmp_path):
+    # Through the documented commands: a job dormant after dawn is ended by
+    # `mccl elastic end` at once (the store says so, a member that comes
+    # later is told it finished), then `mccl elastic resume` makes it dormant
+    # again and the next member takes it up at the dawn's step.
+    master, port = _store()
+    ckpt = tmp_path / "ckpt"
+    fleet = Fleet(f"127.0.0.1:{port}", tmp_path, extra=["--checkpoint-dir", str(ckpt)])
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "mccl.cli", "elastic", *args, "--store", f"127.0.0.1:{port}",
+                            "--job", "test"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+    try:
+        for _ in range(2):
+            fleet.start(initial=2)
+        fleet.wait_for("2 members training", lambda: fleet.latest_world() == 2 and max(fleet.commits()) >= 4)
+        for p in fleet.procs:
+            p.send_signal(signal.SIGTERM)
+        fleet.wait_for("dawn", lambda: all(p.poll() is not None for p in fleet.procs))
+        dormant = _latest(port)
+        assert dormant.cause is Cause.DORMANT, dormant
+        print(cli("end"))
+        assert _latest(port).cause is Cause.END
+        late = fleet.start()
+        fleet.may_fail.add(late)
+        t0 = time.monotonic()
+        fleet.wait_for("the late member told", lambda: fleet.procs[late].poll() is not None, 30)
+        assert "FINISHED" in fleet.text(late) and fleet.procs[late].returncode == 6, fleet.text(late)[-2000:]
+        print(f"a member of the ended job was told in {time.monotonic() - t0:.2f} s (its process start included)")
+        assert "dormant" in cli("resume")
+        dusk = fleet.start()
+        fleet.wait_for("the member after the resume", lambda: "COMMIT" in fleet.text(dusk))
+        assert re.search(rf"resumed at step {dormant.step} from {dormant.checkpoint}", fleet.text(dusk)), \
+            fleet.text(dusk)[-3000:]
+        stop = max(fleet.commits()) + 3
+        _members(port).request_end(stop)
+        ends_as_replayed(fleet, tmp_path, [dusk], stop)
+    finally:
+        fleet.kill_all()
+        del master
+
+
 def test_a_finished_job_tells_a_late_joiner_at_once(tmp_path):
     # run() reached its steps: the store says the job is over, and a joiner
     # that comes later hears it at once (not after its timeout).
