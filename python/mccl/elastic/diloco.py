@@ -142,6 +142,16 @@ class DiLoCoState:
         views = self._views(f)
         return views[0] if len(views) == 1 and views[0].dtype == self.master else None
 
+    def _slices(self, f: int):
+        """Fragment f's local parameters, each with its place in the flat
+        fragment: (view, start, end). Elementwise work over a fragment goes
+        view by view against slices of the flat tensors, with no gathered
+        copy of the fragment (a model of many tensors)."""
+        off = 0
+        for v in self._views(f):
+            yield v, off, off + v.numel()
+            off += v.numel()
+
     def _scatter(self, f: int, flat: torch.Tensor) -> None:
         off = 0
         with torch.no_grad():
@@ -287,7 +297,12 @@ class DiLoCoState:
         """Fragment f's pseudo-gradient at its issue point, kept until applied."""
         view = self._inplace(f)
         raw = self._buffer(f, 0)
-        torch.sub(self.globals[f].detach(), view if view is not None else self._gather(f), out=raw)
+        g = self.globals[f].detach()
+        if view is not None:
+            torch.sub(g, view, out=raw)
+        else:
+            for v, a, b in self._slices(f):
+                torch.sub(g[a:b], v, out=raw[a:b])
         contributes = self.since_issue[f] > 0
         if not contributes:
             raw.zero_()
@@ -328,12 +343,15 @@ class DiLoCoState:
         n = int(count[0])
         g = self.globals[f]
         t1 = time.perf_counter()
-        view = self._inplace(f)
-        fast = view is not None and self.schedule.tau > 0 and self.merge == "rebase"
+        slices = list(self._slices(f))
+        fast = self.schedule.tau > 0 and self.merge == "rebase" and all(v.dtype == self.master for v, _, _ in slices)
         if fast:
-            # rebase in place, no copy of the old global fragment:
-            # local + raw - old now, + new after the step.
-            view.add_(p.raw).sub_(g.detach())
+            # rebase in place, parameter by parameter, with no copy of the old
+            # global fragment: local + raw - old now, + new after the step
+            # (_merged's order: the same bits).
+            gd = g.detach()
+            for v, a, b in slices:
+                v.add_(p.raw[a:b]).sub_(gd[a:b])
         old = None if fast or self.schedule.tau == 0 or self.merge == "mix" else g.detach().clone()
         if n > 0:
             g.grad = buf.div_(n)
@@ -343,7 +361,9 @@ class DiLoCoState:
             self.outer.step()
             g.grad = None
         if fast:
-            view.add_(g.detach())
+            gd = g.detach()
+            for v, a, b in slices:
+                v.add_(gd[a:b])
             self.pending.pop(f, None)
         else:
             self._merge(f, g.detach(), p, old)
@@ -365,19 +385,36 @@ class DiLoCoState:
         view = self._inplace(f)
         if p is None or self.schedule.tau == 0:
             local = new
-        elif self.merge == "rebase":
-            # new + (local now - local at the issue point), local at issue = old - raw;
-            # summed in apply()'s order, so that taking an update from another
-            # member gives the same bits as applying it.
-            local = (view if view is not None else self._gather(f)).add_(p.raw).sub_(old).add_(new)
+        elif view is not None:
+            local = self._merged(view, p.raw, old, new)
         else:
-            local = (view if view is not None else self._gather(f)).mul_(self.alpha).add_(new, alpha=1.0 - self.alpha)
+            # View by view, in the fragment's dtype (the master's), each one
+            # rounded to its parameter's once: the same bits as on the flat
+            # fragment, without gathering it.
+            for v, a, b in self._slices(f):
+                work = v if v.dtype == self.master else v.to(self.master)
+                self._merged(work, p.raw[a:b], old[a:b], new[a:b])
+                if work is not v:
+                    with torch.no_grad():
+                        v.copy_(work)
+            local = view
         if local is not view:
             self._scatter(f, local)
         if new.data_ptr() != self.globals[f].data_ptr():
             with torch.no_grad():
                 self.globals[f].copy_(new)
         self.pending.pop(f, None)
+
+    def _merged(self, local: torch.Tensor, raw: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """`local` (changed in place) once the global value moved from `old`
+        to `new`: with merge "rebase" new + (local now - local at the issue
+        point), local at issue = old - raw, summed in apply()'s order so that
+        taking an update from another member gives the same bits as applying
+        it; with "mix" alpha local + (1 - alpha) new."""
+        with torch.no_grad():
+            if self.merge == "rebase":
+                return local.add_(raw).sub_(old).add_(new)
+            return local.mul_(self.alpha).add_(new, alpha=1.0 - self.alpha)
 
     def commit_round(self, alive: list[str]) -> None:
         """The round's samples are trained: the sampler moves past them, and
