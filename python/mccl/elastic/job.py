@@ -403,11 +403,25 @@ class Job(Joining, Transitions):
                     # After on_step (it may change the parameters): the copy
                     # then overlaps the next step's forward and backward.
                     self._durable.periodic(state, self._meta)
-                if self._end_at is not None and state.step >= min(steps, self._end_at):
-                    joiners = 0  # the job ends here: nobody is admitted at its last boundary
-                if leavers or joiners:
+                while leavers or joiners:
+                    if self._end_at is not None and state.step >= min(steps, self._end_at):
+                        joiners = 0  # the job ends here: nobody is admitted at its last boundary
+                        if not leavers:
+                            break
+                    before = self.generation
                     if self._change(state, leavers, joiners) == "left":
                         return "left"
+                    # A change that admitted nobody (a leave, a refusal) may
+                    # have waited: for the store, for the leaver. A joiner
+                    # that asked meanwhile is taken now, by one more small
+                    # all_reduce of the same members, not a step later.
+                    # (After an admission the joiners start with a step.)
+                    c = self.history[-1] if self.history else None
+                    if self.generation == before or c is None or c.generation != self.generation or c.joined:
+                        break
+                    leavers, joiners, end_at = self._boundary(state.step)()
+                    if end_at is not None:
+                        self._end_at = end_at
                 if self._fenced:
                     raise Excluded(f"mccl.elastic: {self.id}: the store holds a generation after {self.generation} "
                                    "that does not list this member: the job went on without it (it was cut off "
