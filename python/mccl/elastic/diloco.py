@@ -135,13 +135,6 @@ class DiLoCoState:
         """The local parameters of fragment f as one flat tensor (a copy)."""
         return torch.cat([v.to(self.master) for v in self._views(f)])
 
-    def _inplace(self, f: int) -> torch.Tensor | None:
-        """Fragment f's local parameters as one tensor to change in place,
-        where they are one slice of one parameter of the master dtype (a
-        model that is one big tensor): no copies on the outer step's path."""
-        views = self._views(f)
-        return views[0] if len(views) == 1 and views[0].dtype == self.master else None
-
     def _slices(self, f: int):
         """Fragment f's local parameters, each with its place in the flat
         fragment: (view, start, end). Elementwise work over a fragment goes
@@ -295,14 +288,10 @@ class DiLoCoState:
     # ---- outer syncs -----------------------------------------------------------------
     def hold(self, f: int) -> None:
         """Fragment f's pseudo-gradient at its issue point, kept until applied."""
-        view = self._inplace(f)
         raw = self._buffer(f, 0)
         g = self.globals[f].detach()
-        if view is not None:
-            torch.sub(g, view, out=raw)
-        else:
-            for v, a, b in self._slices(f):
-                torch.sub(g[a:b], v, out=raw[a:b])
+        for v, a, b in self._slices(f):
+            torch.sub(g[a:b], v, out=raw[a:b])
         contributes = self.since_issue[f] > 0
         if not contributes:
             raw.zero_()
@@ -382,11 +371,8 @@ class DiLoCoState:
         held) becomes `new`."""
         p = p if p is not None else self.pending.get(f)
         old = self.globals[f].detach() if old is None else old
-        view = self._inplace(f)
         if p is None or self.schedule.tau == 0:
-            local = new
-        elif view is not None:
-            local = self._merged(view, p.raw, old, new)
+            self._scatter(f, new)
         else:
             # View by view, in the fragment's dtype (the master's), each one
             # rounded to its parameter's once: the same bits as on the flat
@@ -397,9 +383,6 @@ class DiLoCoState:
                 if work is not v:
                     with torch.no_grad():
                         v.copy_(work)
-            local = view
-        if local is not view:
-            self._scatter(f, local)
         if new.data_ptr() != self.globals[f].data_ptr():
             with torch.no_grad():
                 self.globals[f].copy_(new)

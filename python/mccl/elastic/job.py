@@ -408,16 +408,15 @@ class Job(Joining, Transitions):
                         joiners = 0  # the job ends here: nobody is admitted at its last boundary
                         if not leavers:
                             break
-                    before = self.generation
-                    if self._change(state, leavers, joiners) == "left":
+                    outcome = self._change(state, leavers, joiners)
+                    if outcome == "left":
                         return "left"
                     # A change that admitted nobody (a leave, a refusal) may
                     # have waited: for the store, for the leaver. A joiner
                     # that asked meanwhile is taken now, by one more small
                     # all_reduce of the same members, not a step later.
                     # (After an admission the joiners start with a step.)
-                    c = self.history[-1] if self.history else None
-                    if self.generation == before or c is None or c.generation != self.generation or c.joined:
+                    if outcome == "joined":
                         break
                     leavers, joiners, end_at = self._boundary(state.step)()
                     if end_at is not None:

@@ -235,7 +235,7 @@ class ShardedKeeping(Keeping):
     def find(self, name: str) -> Ref | None:
         from . import sharded_files as files
         if files.pointed(self.where) == name and files.legacy(os.path.join(self.where, name)):
-            return self.latest()  # an MCCL before manifests wrote it: the pointer vouches for it
+            return self._ref(name)  # an MCCL before manifests wrote it: the pointer vouches for it
         why = files.check(os.path.join(self.where, name))
         if why is not None:
             log.warning("mccl.elastic: sharded checkpoint %s is not valid: %s", name, why)
