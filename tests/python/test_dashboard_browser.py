@@ -71,8 +71,10 @@ class Machines:
     def start(self, host: str, worker_args: list[str]) -> None:
         idle = self.tmp / f"idle-{host}"
         idle.write_text("3600\n")
+        # A leaver takes 3 s to exit, so the page has time to show its agent
+        # "stopping" (a leave alone now exits within about a second).
         cmd = [sys.executable, str(WORKERS / "elastic_worker.py"), "--store", self.store, "--sleep-ms", "150",
-               *worker_args]
+               "--exit-delay-s", "3", *worker_args]
         env = {"PYTHONPATH": str(WORKERS) + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
         prefix = []
         if self.lab is not None:

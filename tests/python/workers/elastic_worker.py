@@ -99,6 +99,8 @@ if __name__ == "__main__":
     p.add_argument("--ask-when", default="",
                    help="start up, print ARMED, and ask to join only once this file exists (a join at a chosen "
                         "moment, its process start left out)")
+    p.add_argument("--exit-delay-s", type=float, default=0.0,
+                   help="after leaving, wait this long before exiting (a slow exit, as a busy Mac's)")
     p.add_argument("--hang-when-admitted", action="store_true",
                    help="a joiner: stop the moment a generation admits it, alive (its beacon answers) but never "
                         "coming to its rendezvous")
@@ -264,6 +266,7 @@ if __name__ == "__main__":
             print("LEFT", flush=True)
             import gc
             print(f"FROZEN {gc.get_freeze_count()}", flush=True)  # the exit skips these (Job.run)
+            time.sleep(a.exit_delay_s)
             print("WORKER OK", flush=True)
             sys.exit(0)
     except elastic.Excluded as e:
