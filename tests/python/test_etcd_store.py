@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from conftest import run_workers
 from etcd_cluster import etcd_cluster  # noqa: F401  (the fixture)
-from mccl.elastic.etcd import EtcdStore, _Retry, connect_url, parse_url
+from mccl.elastic.etcd import EtcdStore, _Retry, connect_url, leader_probe, parse_url
 
 
 def _store(cluster, timeout: float = 10.0, **kw) -> EtcdStore:
@@ -238,6 +238,116 @@ def test_failover_when_the_leader_dies(etcd_cluster, writer_on):
     while etcd_cluster.status(leader) is None and time.monotonic() < end:
         time.sleep(0.05)
     etcd_cluster.wait_leader()
+
+
+class _FakeNode:
+    """An etcd gateway stand-in: puts are answered (or held forever, as a
+    follower holds a write it forwarded to a leader that died), and its
+    status reports a Raft term and a leader the test sets."""
+
+    def __init__(self):
+        import http.server
+        import json
+        node = self
+        self.term, self.leader, self.hold, self.puts, self.status_up = 2, 7, 0, 0, True
+        self.release = threading.Event()
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/v3/maintenance/status":
+                    if not node.status_up:
+                        node.release.wait(30)
+                        return
+                    body = {"header": {"raft_term": str(node.term)}, "raftTerm": str(node.term),
+                            "leader": str(node.leader)}
+                else:
+                    node.puts += 1
+                    if node.hold:
+                        node.hold -= 1
+                        node.release.wait(30)  # never answered while the test runs
+                        return
+                    body = {"header": {"raft_term": str(node.term)}}
+                raw = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.endpoint = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_write_lost_with_its_leader_is_sent_again_once_the_term_moves():
+    """A follower forwards a write to its leader, which dies: etcd answers
+    it only at its own timeout. The client asks the node for its term while
+    the write hangs, and sends it again there once an election has begun,
+    long before its request timeout."""
+    node = _FakeNode()
+    s = EtcdStore([node.endpoint], timeout=60, request_timeout=30)
+    try:
+        s.set("a", "1")  # an answer at term 2
+        node.hold = 1
+        threading.Timer(0.5, lambda: setattr(node, "term", 3)).start()  # the election
+        t = time.monotonic()
+        s.set("b", "2")
+        took = time.monotonic() - t
+        assert node.puts == 3, "the held write was not sent again"
+        assert 0.4 < took < 10, f"{took:.2f} s: sent again before the term moved, or only at the timeout"
+        # Held while the term stays: a slow write, not a lost one. It is
+        # waited for until the request timeout, then sent again.
+        node.hold, before = 1, node.puts
+        slow = EtcdStore([node.endpoint], timeout=30, request_timeout=0.8)
+        t = time.monotonic()
+        slow.set("c", "3")
+        took = time.monotonic() - t
+        slow.close()
+        assert node.puts == before + 2 and took >= 0.8, f"sent again after {took:.2f} s with the term unchanged"
+    finally:
+        s.close()
+        node.close()
+
+
+def test_a_node_that_stops_answering_is_left_for_the_next():
+    """A write unanswered on a node that does not answer a status request
+    either (a host gone without a reset) moves on before the request timeout."""
+    dead, live = _FakeNode(), _FakeNode()
+    s = EtcdStore([dead.endpoint, live.endpoint], timeout=60, request_timeout=30)
+    try:
+        dead.hold, dead.status_up = 1, False
+        t = time.monotonic()
+        s.set("a", "1")
+        assert live.puts == 1 and time.monotonic() - t < 10
+        assert "not even to a status request" in s._errors[0]
+    finally:
+        s.close()
+        dead.close()
+        live.close()
+
+
+def test_leader_probe():
+    a, b = _FakeNode(), _FakeNode()
+    try:
+        eps = [parse_url(f"etcd://{a.endpoint},{b.endpoint}")[0]][0]
+        a.leader = b.leader = 0
+        assert leader_probe(eps)() is False
+        b.leader = 5
+        assert leader_probe(eps)() is True
+        assert leader_probe([("127.0.0.1", 1)])() is False
+    finally:
+        a.close()
+        b.close()
 
 
 def test_process_groups_gloo_and_mccl_over_etcd(etcd_cluster):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .elastic import Run
 from .elastic_week import Members, StoreFault, week
+from .etcd_cluster import ElectionClock
 
 
 class _Serve:
@@ -65,12 +66,20 @@ def run_week(args, lab) -> None:
             store = r.start_store()
             cluster = r.etcd
 
+            clock: list = []
+
             def kill_leader() -> int:
                 node = cluster.wait_leader()
+                timer = ElectionClock(cluster, node)  # up before the kill: it times to ~10 ms
                 cluster.kill(node)
+                clock[:] = [timer, time.time()]
                 return node
+
+            def election_s() -> float | None:
+                timer, killed = clock
+                return timer.seconds(killed)
             fault = StoreFault("etcd", kill_leader=kill_leader, restart=cluster.start,
-                               wait_leader=cluster.wait_leader)
+                               wait_leader=cluster.wait_leader, election_s=election_s)
         else:
             host = lab.hosts[0].address if lab is not None else "127.0.0.1"
             serve = _Serve(host, 29400 + os.getpid() % 1000, lab.prefix(0) if lab is not None else [])

@@ -31,12 +31,18 @@ Measured on loopback (3 nodes on one 2-core Linux box, data on ext4): set
 about 2 ms, get 1-2 ms, add and compare_set 4-5 ms per call.
 
 Failover: the client knows every endpoint. A connection error, a request
-that takes longer than ``request_timeout`` (1.5 s), or etcd's "no leader",
+that takes longer than ``request_timeout`` (1.5 s), a request that has not
+answered within 0.1 s when its node no longer answers a status request
+either, or etcd's "no leader",
 "leader changed", "request timed out" (gRPC UNAVAILABLE, DEADLINE_EXCEEDED,
 RESOURCE_EXHAUSTED) move it to the next endpoint, where the same request is
 sent again, until the store's timeout passes; then DistNetworkError names
 every endpoint and its last error. A leader killed mid-op costs about one
-election (1-2 s with --election-timeout 1000; etcd's default is 1000 ms too).
+election (1-2 s with --election-timeout 1000; etcd's default is 1000 ms too):
+a write that a follower forwarded to the dead leader is lost silently (the
+follower would answer only at its own timeout), so a request unanswered for
+0.1 s asks its node for the Raft term and is sent again to that node once the
+term is newer than any answer showed (an election began).
 A request whose answer was lost may have been applied, so re-sending must be
 safe: set re-puts the same value; add, compare_set, append and delete_key are
 txns that also write this client's receipt key (the op's serial number) and
@@ -49,6 +55,7 @@ import base64
 import http.client
 import json
 import re
+import select
 import threading
 import time
 import uuid
@@ -89,6 +96,18 @@ class _Retry(Exception):
     """This endpoint failed in a way another endpoint may not."""
 
 
+class _Resend(_Retry):
+    """The endpoint is fine, but a request in flight may have been lost with
+    the leader it was forwarded to: send it again, there."""
+
+
+def _term(body: dict) -> int:
+    try:
+        return int(body.get("header", {}).get("raft_term", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def _endpoint(text: str, url: str | None = None) -> tuple[str, int]:
     m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})", text.strip())
     if not m or not 0 < int(m[2]) < 65536:
@@ -119,6 +138,27 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], str]:
     return [_endpoint(h, url) for h in hosts.split(",")], prefix
 
 
+def leader_probe(endpoints: list[tuple[str, int]], limit: float = 0.2):
+    """A cheap test, for a client that waits out an outage: whether any node
+    says it has a leader (a status request, which each node answers from its
+    own view). A True may still be followed by a failing call (a node in a
+    minority that has not noticed yet); a False saves a call that would hang."""
+    def probe() -> bool:
+        for host, port in endpoints:
+            conn = http.client.HTTPConnection(host, port, timeout=limit)
+            try:
+                conn.request("POST", "/v3/maintenance/status", b"{}", {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                if resp.status == 200 and int(json.loads(resp.read()).get("leader", 0) or 0):
+                    return True
+            except (OSError, http.client.HTTPException, ValueError, TypeError):
+                pass
+            finally:
+                conn.close()
+        return False
+    return probe
+
+
 def connect_url(url: str, timeout: timedelta | float = timedelta(seconds=300), **kw) -> EtcdStore:
     """An EtcdStore for ``etcd://h1:2379,h2:2379,h3:2379[/prefix]``."""
     endpoints, prefix = parse_url(url)
@@ -129,6 +169,8 @@ class EtcdStore(dist.Store):
     """c10d Store on etcd. Threads may share one (calls are serialised);
     ``clone()`` gives a thread its own connections. ``close()`` (or ``with``)
     releases it; until then it stays alive even when only c10d holds it."""
+
+    CHECK_S = 0.1  # a request unanswered this long asks its node for the Raft term
 
     def __init__(self, endpoints, prefix: str = DEFAULT_PREFIX,
                  timeout: timedelta | float = timedelta(seconds=300), request_timeout: float = 1.5):
@@ -147,6 +189,7 @@ class EtcdStore(dist.Store):
         self._conns: list[http.client.HTTPConnection | None] = [None] * len(self._eps)
         self._errors = ["not tried"] * len(self._eps)
         self._cur = 0
+        self._seen_term = 0  # the newest Raft term an answer carried
         self._lock = threading.RLock()
         self.request_timeout = request_timeout
         self.set_timeout(timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
@@ -169,16 +212,23 @@ class EtcdStore(dist.Store):
         conn.timeout = limit
         if conn.sock is not None:
             conn.sock.settimeout(limit)
+        end = time.monotonic() + limit
         try:
             conn.request("POST", path, data, {"Content-Type": "application/json"})
+            self._await_answer(i, conn, end)
+            conn.sock.settimeout(max(0.01, end - time.monotonic()))
             resp = conn.getresponse()
             raw = resp.read()
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http.client.HTTPException, _Retry) as e:
             conn.close()
             self._conns[i] = None
+            if isinstance(e, _Retry):
+                raise
             raise _Retry(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from None
         if resp.status == 200:
-            return json.loads(raw)
+            body = json.loads(raw)
+            self._seen_term = max(self._seen_term, _term(body))
+            return body
         try:
             err = json.loads(raw)
             code, msg = err.get("code"), err.get("error") or err.get("message")
@@ -196,6 +246,45 @@ class EtcdStore(dist.Store):
         raise dist.DistStoreError(f"{self!r}: etcd {host}:{port} refused {path}: {msg} "
                                   f"(HTTP {resp.status}, gRPC code {code})")
 
+    def _await_answer(self, i: int, conn: http.client.HTTPConnection, end: float) -> None:
+        """Waits until the answer starts to arrive (or ``end``). A follower
+        forwards a write to the leader it knows; if that leader is dead the
+        write is lost without a word and the follower answers only at its own
+        timeout (seconds after the election). So a request that has not
+        answered within CHECK_S asks the same node for its Raft term: a newer
+        term than any this client has seen means an election happened while
+        the request was in flight, and it is sent again (every op is safe to
+        send twice, see the module doc). A node that does not answer that
+        either is given up on."""
+        while True:
+            now = time.monotonic()
+            ready, _, _ = select.select([conn.sock], [], [], max(0.0, min(end, now + self.CHECK_S) - now))
+            if ready:
+                return
+            if time.monotonic() >= end:
+                raise _Retry(f"no answer within {self.request_timeout:g} s")
+            term = self._status_term(i, min(self.CHECK_S, max(0.05, end - time.monotonic())))
+            if term is None:
+                raise _Retry("no answer, not even to a status request")
+            if self._seen_term and term > self._seen_term:
+                self._seen_term = term
+                raise _Resend(f"a new Raft term ({term}) began while the request was in flight")
+            self._seen_term = max(self._seen_term, term)
+
+    def _status_term(self, i: int, limit: float) -> int | None:
+        """Node i's Raft term (its own view, no leader needed), or None."""
+        host, port = self._eps[i]
+        conn = http.client.HTTPConnection(host, port, timeout=limit)
+        try:
+            conn.request("POST", "/v3/maintenance/status", b"{}", {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            st = json.loads(resp.read()) if resp.status == 200 else {}
+            return int(st.get("raftTerm", 0)) or _term(st) or None
+        except (OSError, http.client.HTTPException, ValueError, TypeError):
+            return None
+        finally:
+            conn.close()
+
     def _call(self, path: str, body: dict, deadline: float, what: str) -> dict:
         """Sends one request, moving through the endpoints until one answers
         or ``deadline`` (time.monotonic) passes."""
@@ -210,7 +299,8 @@ class EtcdStore(dist.Store):
                         return self._post(i, path, data, max(0.05, min(self.request_timeout, left)))
                     except _Retry as e:
                         self._errors[i] = str(e)
-                        self._cur = (i + 1) % len(self._eps)
+                        if not isinstance(e, _Resend):  # a _Resend stays: the node knows the new term
+                            self._cur = (i + 1) % len(self._eps)
                     if time.monotonic() >= deadline:
                         errs = "; ".join(f"{h}:{p}: {e}" for (h, p), e in zip(self._eps, self._errors))
                         raise dist.DistNetworkError(

@@ -74,6 +74,10 @@ log = logging.getLogger("mccl.elastic")
 
 __all__ = ["Change", "Excluded", "Job"]
 
+# After a store outage, how long the first boundary after a change waits for
+# the joiners the outage held back (they ask within about 0.2 s of its end).
+AFTER_OUTAGE_S = 0.5
+
 
 def _no_sync(model):
     """Gradients of a micro-batch stay local: DDP's no_sync(), or FSDP2's
@@ -418,7 +422,7 @@ class Job(Joining, Transitions):
                     # (After an admission the joiners start with a step.)
                     if outcome == "joined":
                         break
-                    leavers, joiners, end_at = self._boundary(state.step)()
+                    leavers, joiners, end_at = self._boundary(state.step, after_change=True)()
                     if end_at is not None:
                         self._end_at = end_at
                 if self._fenced:
@@ -582,7 +586,7 @@ class Job(Joining, Transitions):
         # error naming this module's keys ("mccl-elastic/...") is not one.
         return isinstance(e, (dist.DistBackendError, _Regroup)) or "mccl rank " in str(e)
 
-    def _boundary(self, step: int):
+    def _boundary(self, step: int, after_change: bool = False):
         """Starts the step's boundary: one small all_reduce of who asks to
         leave, (rank 0) how many joiners wait and at which step the job was
         asked to end, and (shares by speed) every member's time per sample.
@@ -591,7 +595,14 @@ class Job(Joining, Transitions):
         the step's own times set the next step's shares; it costs one small
         all_reduce's latency per step (docs/benchmarks.md, the step-boundary
         check). Returns a function that waits for it and gives (leaver ranks,
-        joiners, end step or None)."""
+        joiners, end step or None).
+
+        `after_change`: the boundary that follows a change which admitted
+        nobody. Rank 0 then counts the requests in the store itself, not
+        through its watcher's last look (up to 0.2 s old), and if the store
+        came back from an outage less than AFTER_OUTAGE_S ago it first waits
+        out the rest of that: joiners that the outage held back ask within
+        about 0.2 s of its end, and are taken now instead of a step later."""
         world = self.world
         self._watch()
         speeds = world if self._balance is not None else 0  # shares by speed: every member's ns per sample
@@ -601,7 +612,9 @@ class Job(Joining, Transitions):
         if self._leave:
             flags[self.rank] = 1
         if self.rank == 0:
-            if step % self.check_every == 0:
+            if after_change:
+                flags[world] = max(0, self._requests_now() - self.record.admitted)
+            elif step % self.check_every == 0:
                 flags[world] = max(0, self._requests() - self.record.admitted)
             end = self._watcher.end_step if self._watcher is not None else self.members.end_request()
             if end is not None:
@@ -624,6 +637,19 @@ class Job(Joining, Transitions):
         if self._watcher is None:
             return self.members.requests()
         return self._watcher.requests
+
+    def _requests_now(self) -> int:
+        """Join requests as the store holds them now (see _boundary's
+        after_change); the watcher's count if the store does not answer."""
+        health = self.members.store.health
+        if health.away:
+            return self._requests()
+        if health.back_at is not None:
+            time.sleep(max(0.0, health.back_at + AFTER_OUTAGE_S - time.monotonic()))
+        try:
+            return self.members.requests(patience=0.5)
+        except StoreAway:
+            return self._requests()
 
     def _watch(self) -> None:
         """Starts this member's watcher thread (watcher.py) if it has none and

@@ -63,6 +63,7 @@ class _Health:
         self.describe = describe
         self.lock = threading.Lock()
         self.away_since: float | None = None
+        self.back_at: float | None = None  # when the last outage ended (time.monotonic)
         self.outages = 0
 
     def lost(self, e: BaseException) -> None:
@@ -76,8 +77,9 @@ class _Health:
     def back(self) -> None:
         with self.lock:
             if self.away_since is not None:
+                self.back_at = time.monotonic()
                 log.warning("mccl.elastic: the store at %s is back after %.1f s", self.describe,
-                            time.monotonic() - self.away_since)
+                            self.back_at - self.away_since)
                 self.away_since = None
 
     @property
@@ -122,9 +124,9 @@ class ResilientStore:
         # How long a call waits for the store to come back unless it says: None, until it does.
         self.patience: float | None = None
         # The longest pause between tries while the store is away: with a
-        # probe (a TCP connect, refused at once while nothing listens) a
-        # return is seen within 0.1 s; a client that connects for real (etcd)
-        # tries at most every 0.5 s.
+        # probe (a TCP connect, refused at once while nothing listens; etcd:
+        # whether a node has a leader) a return is seen within 0.1 s; a client
+        # given as a Store object is tried at most every 0.5 s.
         self._max_pause = 0.1 if probe is not None else 0.5
 
     # ---- connections ---------------------------------------------------------
@@ -290,12 +292,13 @@ def connect(store: "str | dist.Store | ResilientStore", timeout: timedelta) -> R
         raise TypeError(f"mccl.elastic: the store must be an address or a torch.distributed.Store, "
                         f"got {type(store).__name__}")
     if store.startswith(("etcd://", "etcd+http://")):
-        from .etcd import connect_url, parse_url
+        from .etcd import connect_url, leader_probe, parse_url
         endpoints, _ = parse_url(store)
         # etcd fails over between its nodes by itself; past an election's
-        # length (seconds) the cluster is away, and patience takes over.
+        # length (seconds) the cluster is away, and patience takes over. While
+        # it is, a status request to each node tells when a leader is back.
         own = timedelta(seconds=min(timeout.total_seconds(), 30.0))
-        return ResilientStore(lambda: connect_url(store, own), store, None, host=endpoints[0][0])
+        return ResilientStore(lambda: connect_url(store, own), store, leader_probe(endpoints), host=endpoints[0][0])
     address = store[len("tcp://"):] if store.startswith("tcp://") else store
     if "://" in address:
         raise ValueError(f"mccl.elastic: store {store!r}: the scheme is not one of tcp://, etcd://")
