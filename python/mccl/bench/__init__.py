@@ -243,6 +243,11 @@ def _diloco_host_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outer-wire", default="bf16", choices=["fp32", "bf16", "fp16", "int8"])
     p.add_argument("--H", type=int, default=32, help="inner steps per round (for the share of a round)")
     p.add_argument("--compute-ms", type=float, default=1000.0, help="compute per inner step (for the share)")
+    p.add_argument("--overlap-s", type=float, default=2.0,
+                   help="seconds the training thread trains (sleeps) between a fragment's issue and its apply: "
+                        "the overlapped inner steps, in which the outer thread works out the outer step (a job's "
+                        "overlap is inner steps x compute: 8 s at H 32, 4 fragments, 1 s steps; shorter is "
+                        "conservative)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json")
 

@@ -29,6 +29,19 @@ fragment plus what the member trained since i_p (exact DiLoCo when the
 overlap is 0), or with merge="mix", alpha * local + (1 - alpha) * global
 (the mixing of the Streaming DiLoCo paper, arXiv:2501.18512).
 
+The host's work of a sync is split between the training thread and the
+state's outer thread. The training thread takes the pseudo-gradient at the
+issue point and puts it on the wire; while it trains the overlapped inner
+steps, the outer thread waits for the sum, runs the outer optimizer on a
+copy of the global fragment and its state, and works out what the local
+fragment gains (the rebase). At the apply point the training thread adds
+that (one pass over the fragment) and swaps the new global fragment and
+state in: nothing of the job's state changes before, so a failure in
+between drops the outer thread's result and the sync is issued again (no
+outer step applied twice). At 1 B parameters in 4 fragments this took the
+training thread's share of a 32 s round from about 3.8 s to 1.1-1.3 s on a
+2-core VM (mccl-bench diloco-host; docs/benchmarks.md).
+
 What a joiner receives (by MCCL broadcast, at a round's end only): the
 global parameters, the outer optimizer's state, the data position, the
 step, `extra` and `stateful`, and rank 0's buffers and frozen parameters
@@ -38,11 +51,15 @@ starts fresh). Checkpoints hold the same.
 
 from __future__ import annotations
 
+import collections
+import copy
+import threading
 import time
 
 import torch
 import torch.distributed as dist
 
+from .diloco_outer import OuterThread, Prepared, SparePool
 from .diloco_plan import RoundPlan, Schedule, split
 from .sampler import ElasticSampler
 from .state import checked_stateful, tensor_bytes
@@ -58,6 +75,7 @@ class _Pending:
         self.sent = sent    # what goes into the all-reduce (raw, plus the int8 wire's residual)
         self.contributes = contributes
         self.work = None    # (sum buffer, count, works) while on the wire of this generation's group
+        self.prepared = None  # Prepared: the outer step worked out off the training thread
 
 
 class DiLoCoState:
@@ -122,6 +140,8 @@ class DiLoCoState:
         self.outer_wire = ""               # what MCCL runs the outer all-reduce as ("ring_wire (bf16)")
         self.syncs: list[dict] = []        # recent applications: round, fragment, count, seconds waited
         self.inner_clock = 0               # the job's inner steps, as this member has trained them
+        self._outer_thread: OuterThread | None = None  # works out outer steps off the training thread
+        self._pool = SparePool()  # tensors the outer steps' swaps freed, for the next copies
 
     # ---- layout ---------------------------------------------------------------
     BOUNDARY = property(lambda self: 2 * self.H + 1)   # the round's end: its flags op and change
@@ -306,7 +326,8 @@ class DiLoCoState:
         self.since_issue[f] = 0
 
     def issue(self, f: int, group) -> None:
-        """Puts fragment f's held pseudo-gradient on the wire (async)."""
+        """Puts fragment f's held pseudo-gradient on the wire (async); the
+        state's outer thread works out the outer step once the sum is in."""
         p = self.pending[f]
         t0 = time.perf_counter()
         buf = self._buffer(f, 1).copy_(p.sent)
@@ -314,54 +335,109 @@ class DiLoCoState:
         p.issued_at, p.done_at = time.perf_counter(), None
         w1 = dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group, async_op=True)
         w2 = dist.all_reduce(count, op=dist.ReduceOp.SUM, group=group, async_op=True)
-        try:  # when the sum arrived (MCCL's completion thread): the sync's time on the wire
-            w1.get_future().add_done_callback(lambda _f, p=p: setattr(p, "done_at", time.perf_counter()))
+        p.arrived = threading.Event()
+        p.cancelled = False
+        try:  # when the sums arrived (MCCL's completion thread): the sync's time on the wire
+            lock, left = threading.Lock(), [2]
+
+            def arrived(_f, p=p, sum_buffer=False):
+                if sum_buffer:
+                    p.done_at = time.perf_counter()
+                with lock:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        p.arrived.set()
+            w1.get_future().add_done_callback(lambda f_: arrived(f_, sum_buffer=True))
+            w2.get_future().add_done_callback(arrived)
         except (AttributeError, RuntimeError):
-            pass
+            p.arrived.set()  # no futures: the outer thread waits on the works themselves
         p.work = (buf, count, (w1, w2))
         p.issue_s = time.perf_counter() - t0  # the copy and putting it on the wire: the loop's, not compute
+        if self._outer_thread is None:
+            self._outer_thread = OuterThread()
+        p.prepared = self._outer_thread.submit(lambda out, f=f, p=p, work=p.work: self._prepare(f, p, work, out))
 
-    def apply(self, f: int, point: int) -> dict:
-        """Waits for fragment f's all-reduce and applies the outer step."""
-        p = self.pending[f]
-        buf, count, works = p.work
-        t0 = time.perf_counter()
+    def _prepare(self, f: int, p: _Pending, work, out: Prepared) -> None:
+        """The outer thread's part of fragment f's sync (see OuterThread):
+        into new tensors only; the job's global fragment, the outer
+        optimizer's state and the local parameters are apply()'s to change."""
+        buf, count, works = work
+        p.arrived.wait()
+        if p.cancelled:
+            raise RuntimeError("mccl.elastic: DiLoCo: this sync's group failed; it is issued again")
         for w in works:
             w.wait()
+        t0 = time.perf_counter()
+        n = out.count = int(count[0])
+        g = self.globals[f]
+        old = g.detach()
+        if n > 0:
+            shadow = torch.nn.Parameter(self._pool.take(old).copy_(old), requires_grad=False)
+            shadow.grad = buf.div_(n)
+            # A copy of the outer optimizer (Optimizer.__getstate__: its
+            # defaults and groups, no hooks nor an LR scheduler's wrapper of
+            # step) with the group's hyperparameters as they are now, over
+            # the shadow alone, with a copy of the fragment's state.
+            opt = copy.copy(self.outer)
+            group = next(gr for gr in self.outer.param_groups if any(q is g for q in gr["params"]))
+            opt.param_groups = [dict(group, params=[shadow])]
+            opt.state = collections.defaultdict(dict)
+            held = self.outer.state.get(g)
+            if held:
+                opt.state[shadow] = {k: self._pool.take(v).copy_(v) if torch.is_tensor(v) else copy.deepcopy(v)
+                                     for k, v in held.items()}
+            with torch.no_grad():
+                type(self.outer).step(opt)
+            shadow.grad = None
+            out.new, out.outer_state = shadow.detach(), opt.state.get(shadow)
+        if self.schedule.tau > 0 and self.merge == "rebase":
+            # buf is free now (the sum is in the step): (raw - old) + new, the
+            # order _merged uses, so that both ways give the same bits.
+            out.delta = torch.sub(p.raw, old, out=buf).add_(out.new if out.new is not None else old)
+        out.seconds = time.perf_counter() - t0
+
+    def apply(self, f: int, point: int) -> dict:
+        """Waits for fragment f's outer step (worked out by the outer thread)
+        and takes it up: the global fragment and the outer optimizer's state
+        swapped for the new ones, the local fragment merged."""
+        p = self.pending[f]
+        t0 = time.perf_counter()
+        if p.prepared is None:
+            p.prepared = Prepared()
+            self._prepare(f, p, p.work, p.prepared)
+            p.prepared.done.set()
+        prep = p.prepared.result()
         waited = time.perf_counter() - t0
-        n = int(count[0])
+        n = prep.count
         g = self.globals[f]
         t1 = time.perf_counter()
+        old = g.detach()
+        before = self.outer.state.get(g)
+        if prep.new is not None:
+            g.data = prep.new
+            self.outer.state[g] = prep.outer_state
+            self.outer._opt_called = True  # it stepped (an LR scheduler asks)
         slices = list(self._slices(f))
-        fast = self.schedule.tau > 0 and self.merge == "rebase" and all(v.dtype == self.master for v, _, _ in slices)
-        if fast:
-            # rebase in place, parameter by parameter, with no copy of the old
-            # global fragment: local + raw - old now, + new after the step
-            # (_merged's order: the same bits).
-            gd = g.detach()
-            for v, a, b in slices:
-                v.add_(p.raw[a:b]).sub_(gd[a:b])
-        old = None if fast or self.schedule.tau == 0 or self.merge == "mix" else g.detach().clone()
-        if n > 0:
-            g.grad = buf.div_(n)
-            for other in self.globals:
-                if other is not g:
-                    other.grad = None
-            self.outer.step()
-            g.grad = None
-        if fast:
-            gd = g.detach()
-            for v, a, b in slices:
-                v.add_(gd[a:b])
+        if prep.delta is not None and all(v.dtype == self.master for v, _, _ in slices):
+            with torch.no_grad():
+                for v, a, b in slices:
+                    v.add_(prep.delta[a:b])
             self.pending.pop(f, None)
         else:
             self._merge(f, g.detach(), p, old)
+        if prep.new is not None:
+            # The tensors the swap replaced serve the next outer steps' copies
+            # (no fresh pages, no unmapping here).
+            self._pool.give(old)
+            for v in (before or {}).values():
+                if torch.is_tensor(v):
+                    self._pool.give(v)
         self.done_round[f] = self.round_index
         self.step = self.round_start + point
         wire = (p.done_at - p.issued_at) if getattr(p, "done_at", None) else None
         rec = {"round": self.round_index, "fragment": f, "count": n, "waited_s": waited, "point": point,
                "wire_s": wire, "host_s": time.perf_counter() - t1, "issue_s": getattr(p, "issue_s", 0.0),
-               "t": time.perf_counter()}
+               "outer_thread_s": prep.seconds, "t": time.perf_counter()}
         self.syncs.append(rec)
         del self.syncs[:-1000]
         return rec
@@ -393,10 +469,11 @@ class DiLoCoState:
         to `new`: with merge "rebase" new + (local now - local at the issue
         point), local at issue = old - raw, summed in apply()'s order so that
         taking an update from another member gives the same bits as applying
-        it; with "mix" alpha local + (1 - alpha) new."""
+        it (local + ((raw - old) + new), as _prepare's delta); with "mix"
+        alpha local + (1 - alpha) new."""
         with torch.no_grad():
             if self.merge == "rebase":
-                return local.add_(raw).sub_(old).add_(new)
+                return local.add_(raw.sub(old).add_(new))
             return local.mul_(self.alpha).add_(new, alpha=1.0 - self.alpha)
 
     def commit_round(self, alive: list[str]) -> None:
@@ -411,7 +488,11 @@ class DiLoCoState:
         """This generation's group failed: syncs on the wire are gone (they
         are issued again, from the held pseudo-gradients, on the next group)."""
         for p in self.pending.values():
-            p.work = None
+            p.work, p.prepared = None, None
+            p.cancelled = True  # the outer thread drops it (its sums will never come)
+            arrived = getattr(p, "arrived", None)
+            if arrived is not None:
+                arrived.set()
         # An aborted all-reduce's buffer is not reused for the one issued again.
         for key in [k for k in self._bufs if k[1] == 1]:
             del self._bufs[key]
