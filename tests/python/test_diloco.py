@@ -354,10 +354,11 @@ def test_an_outer_step_worked_out_before_a_failure_is_not_applied_twice(one_rank
     assert not torch.equal(a.globals[0], before[0][0])  # the outer step did move the global fragment
 
 
-def test_the_outer_thread_steps_a_copy_of_the_optimizer_with_its_hyperparameters_now(one_rank):
+def test_the_outer_thread_steps_a_copy_of_the_optimizer_with_the_issue_points_hyperparameters(one_rank):
     # A scheduler wraps the optimizer's step and changes its lr: the outer
     # thread runs the optimizer's own step (not the wrapper, which would step
-    # the original), with the lr of the moment, and the original's state is
+    # the original), with the lr as it was at the issue point (the same on
+    # every member, whenever the sum arrives), and the original's state is
     # what apply() swapped in.
     import warnings
     a, b = _state(), _state()
@@ -375,12 +376,60 @@ def test_the_outer_thread_steps_a_copy_of_the_optimizer_with_its_hyperparameters
             _train(st, 2)
             st.hold(f)
             st.issue(f, None)
+            if st is b:
+                st.outer.param_groups[0]["lr"] *= 10  # after the issue point: not this step's
             _train(st, 2)
             st.apply(f, 4 * (f + 1))
+            if st is b:
+                st.outer.param_groups[0]["lr"] /= 10
     assert b.outer.param_groups[0]["lr"] == a.outer.param_groups[0]["lr"] < _state().outer.param_groups[0]["lr"]
     _same(a, b)
     assert [p is g for p, g in zip(b.outer.param_groups[0]["params"], b.globals)] == [True, True]
     assert set(b.outer.state) == set(b.globals)
+
+
+def _state_with(outer_cls, **kw):
+    import diloco_worker as dw
+    import mccl.elastic as elastic
+    net = dw.w.model()
+    inner = torch.optim.SGD(net.parameters(), lr=dw.INNER_LR)
+    return elastic.DiLoCoState(net, inner, outer_cls(net.parameters(), **kw),
+                               elastic.ElasticSampler(dw.w.DATA, batch=dw.w.BATCH, seed=dw.w.SEED), H=4,
+                               wire_dtype="fp32", fragments=2)
+
+
+class _MySGD(torch.optim.SGD):
+    """Not a torch.optim class: apply() steps it itself."""
+
+
+@pytest.mark.parametrize("outer", ["adam", "sgd-subclass"])
+def test_an_optimizer_the_outer_thread_does_not_copy_is_stepped_in_place_to_the_same_bits(one_rank, outer):
+    # Adam with a hook of its own, or an SGD subclass: apply() steps the
+    # optimizer itself on the training thread (hooks run, attributes a copy
+    # would lose stay); the result equals the outer thread's copy of a stock
+    # one, bit for bit, outer state included.
+    if outer == "adam":
+        a, b = _state_with(torch.optim.Adam, lr=0.1), _state_with(torch.optim.Adam, lr=0.1)
+        calls = []
+        b.outer.register_step_pre_hook(lambda opt, args, kw: calls.append(1))
+    else:
+        a = _state_with(torch.optim.SGD, lr=0.7, momentum=0.9, nesterov=True)
+        b = _state_with(_MySGD, lr=0.7, momentum=0.9, nesterov=True)
+        calls = None
+    assert a._steps_off_thread() and not b._steps_off_thread()
+    for st in (a, b):
+        st.start_round(("m",))
+    for f in range(2):
+        for st in (a, b):
+            _train(st, 2)
+            st.hold(f)
+            st.issue(f, None)
+            _train(st, 2)
+            st.apply(f, 4 * (f + 1))
+        assert b.pending == {} and not b.pending
+    _same(a, b)
+    if calls is not None:
+        assert len(calls) == 2
 
 
 def test_a_joiner_takes_the_global_parameters_not_the_senders_inner_progress(one_rank):

@@ -76,6 +76,16 @@ class _Pending:
         self.contributes = contributes
         self.work = None    # (sum buffer, count, works) while on the wire of this generation's group
         self.prepared = None  # Prepared: the outer step worked out off the training thread
+        self.token = None     # _Token of its current issue
+
+
+class _Token:
+    """One issue of a sync: set when its sums are in, or cancelled (its
+    group failed); the outer thread's job holds the one it was made for."""
+
+    def __init__(self):
+        self.arrived = threading.Event()
+        self.cancelled = False
 
 
 class DiLoCoState:
@@ -211,6 +221,9 @@ class DiLoCoState:
                 if not (k in named and id(named[k]) in trainable)}
 
     def state_dict(self) -> dict:
+        """The job's state, as views of the live tensors (copy what you keep:
+        the next outer step replaces the global fragments and the outer
+        state, and their old storage is reused for later steps)."""
         return {"globals": [g.detach() for g in self.globals], "outer": self.outer.state_dict(),
                 "sampler": self.sampler.state_dict(), "owed": list(self.owed), "step": self.step,
                 "round": {"index": self.round_index, "start": self.round_start, "members": list(self.round_members)},
@@ -327,7 +340,9 @@ class DiLoCoState:
 
     def issue(self, f: int, group) -> None:
         """Puts fragment f's held pseudo-gradient on the wire (async); the
-        state's outer thread works out the outer step once the sum is in."""
+        state's outer thread works out the outer step once the sum is in,
+        with the outer optimizer's hyperparameters as they are now (the
+        issue point: the same on every member)."""
         p = self.pending[f]
         t0 = time.perf_counter()
         buf = self._buffer(f, 1).copy_(p.sent)
@@ -335,8 +350,7 @@ class DiLoCoState:
         p.issued_at, p.done_at = time.perf_counter(), None
         w1 = dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group, async_op=True)
         w2 = dist.all_reduce(count, op=dist.ReduceOp.SUM, group=group, async_op=True)
-        p.arrived = threading.Event()
-        p.cancelled = False
+        token = p.token = _Token()
         try:  # when the sums arrived (MCCL's completion thread): the sync's time on the wire
             lock, left = threading.Lock(), [2]
 
@@ -346,41 +360,63 @@ class DiLoCoState:
                 with lock:
                     left[0] -= 1
                     if left[0] == 0:
-                        p.arrived.set()
+                        token.arrived.set()
             w1.get_future().add_done_callback(lambda f_: arrived(f_, sum_buffer=True))
             w2.get_future().add_done_callback(arrived)
         except (AttributeError, RuntimeError):
-            p.arrived.set()  # no futures: the outer thread waits on the works themselves
+            token.arrived.set()  # no futures: the outer thread waits on the works themselves
         p.work = (buf, count, (w1, w2))
         p.issue_s = time.perf_counter() - t0  # the copy and putting it on the wire: the loop's, not compute
+        hyper = self._hyperparameters(f) if self._steps_off_thread() else None
         if self._outer_thread is None:
             self._outer_thread = OuterThread()
-        p.prepared = self._outer_thread.submit(lambda out, f=f, p=p, work=p.work: self._prepare(f, p, work, out))
+        p.prepared = self._outer_thread.submit(
+            lambda out, f=f, p=p, work=p.work, token=token: self._prepare(f, p, work, token, hyper, out))
 
-    def _prepare(self, f: int, p: _Pending, work, out: Prepared) -> None:
+    def _steps_off_thread(self) -> bool:
+        """Whether the outer thread may step a copy of the outer optimizer:
+        a torch.optim class without hooks of its own (a copy keeps only the
+        defaults, groups and state). Otherwise apply() steps the optimizer
+        itself, on the training thread."""
+        o = self.outer
+        cls = type(o)
+        return (cls.__module__.startswith("torch.optim.") and cls is not torch.optim.LBFGS
+                and not getattr(o, "_optimizer_step_pre_hooks", None)
+                and not getattr(o, "_optimizer_step_post_hooks", None))
+
+    def _hyperparameters(self, f: int) -> dict:
+        g = self.globals[f]
+        group = next(gr for gr in self.outer.param_groups if any(q is g for q in gr["params"]))
+        return {k: (v.clone() if torch.is_tensor(v) else copy.copy(v)) for k, v in group.items() if k != "params"}
+
+    def _prepare(self, f: int, p: _Pending, work, token, hyper: dict | None, out: Prepared) -> None:
         """The outer thread's part of fragment f's sync (see OuterThread):
         into new tensors only; the job's global fragment, the outer
-        optimizer's state and the local parameters are apply()'s to change."""
+        optimizer's state and the local parameters are apply()'s to change.
+        `hyper` None: the step is left to apply() (_steps_off_thread)."""
         buf, count, works = work
-        p.arrived.wait()
-        if p.cancelled:
-            raise RuntimeError("mccl.elastic: DiLoCo: this sync's group failed; it is issued again")
+        if token is not None:
+            token.arrived.wait()
+            if token.cancelled:
+                raise RuntimeError("mccl.elastic: DiLoCo: this sync's group failed; it is issued again")
         for w in works:
             w.wait()
         t0 = time.perf_counter()
         n = out.count = int(count[0])
+        if hyper is None:
+            out.step_here = n > 0
+            return
         g = self.globals[f]
         old = g.detach()
         if n > 0:
             shadow = torch.nn.Parameter(self._pool.take(old).copy_(old), requires_grad=False)
             shadow.grad = buf.div_(n)
             # A copy of the outer optimizer (Optimizer.__getstate__: its
-            # defaults and groups, no hooks nor an LR scheduler's wrapper of
-            # step) with the group's hyperparameters as they are now, over
-            # the shadow alone, with a copy of the fragment's state.
+            # defaults, groups and state; no hooks, nor an LR scheduler's
+            # wrapper of step) over the shadow alone, with the issue point's
+            # hyperparameters and a copy of the fragment's state.
             opt = copy.copy(self.outer)
-            group = next(gr for gr in self.outer.param_groups if any(q is g for q in gr["params"]))
-            opt.param_groups = [dict(group, params=[shadow])]
+            opt.param_groups = [dict(hyper, params=[shadow])]
             opt.state = collections.defaultdict(dict)
             held = self.outer.state.get(g)
             if held:
@@ -402,9 +438,12 @@ class DiLoCoState:
         swapped for the new ones, the local fragment merged."""
         p = self.pending[f]
         t0 = time.perf_counter()
-        if p.prepared is None:
+        if p.prepared is None:  # not issued on this group: at once, here
+            if p.work is None:
+                raise RuntimeError(f"mccl.elastic: DiLoCo: fragment {f}'s sync was never issued on this group")
             p.prepared = Prepared()
-            self._prepare(f, p, p.work, p.prepared)
+            self._prepare(f, p, p.work, None, self._hyperparameters(f) if self._steps_off_thread() else None,
+                          p.prepared)
             p.prepared.done.set()
         prep = p.prepared.result()
         waited = time.perf_counter() - t0
@@ -413,9 +452,21 @@ class DiLoCoState:
         t1 = time.perf_counter()
         old = g.detach()
         before = self.outer.state.get(g)
-        if prep.new is not None:
+        if prep.step_here:
+            # An optimizer the outer thread does not copy: stepped here, in place.
+            old = old.clone()
+            g.grad = p.work[0].div_(n)
+            for other in self.globals:
+                if other is not g:
+                    other.grad = None
+            self.outer.step()
+            g.grad = None
+        elif prep.new is not None:
             g.data = prep.new
-            self.outer.state[g] = prep.outer_state
+            if prep.outer_state is None:
+                self.outer.state.pop(g, None)
+            else:
+                self.outer.state[g] = prep.outer_state
             self.outer._opt_called = True  # it stepped (an LR scheduler asks)
         slices = list(self._slices(f))
         if prep.delta is not None and all(v.dtype == self.master for v, _, _ in slices):
@@ -489,10 +540,10 @@ class DiLoCoState:
         are issued again, from the held pseudo-gradients, on the next group)."""
         for p in self.pending.values():
             p.work, p.prepared = None, None
-            p.cancelled = True  # the outer thread drops it (its sums will never come)
-            arrived = getattr(p, "arrived", None)
-            if arrived is not None:
-                arrived.set()
+            token = getattr(p, "token", None)
+            if token is not None:  # the outer thread drops it (its sums may never come)
+                token.cancelled = True
+                token.arrived.set()
         # An aborted all-reduce's buffer is not reused for the one issued again.
         for key in [k for k in self._bufs if k[1] == 1]:
             del self._bufs[key]

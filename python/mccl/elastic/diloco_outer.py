@@ -23,6 +23,7 @@ class Prepared:
         self.outer_state = None  # the outer optimizer's state for it after the step
         self.delta = None        # rebase: (raw - old) + new, what the local fragment gains
         self.seconds = 0.0       # the outer thread's time on it (the wait for the sum aside)
+        self.step_here = False   # the outer optimizer is not copied: apply() steps it in place
 
     def result(self) -> "Prepared":
         self.done.wait()
@@ -53,8 +54,12 @@ class OuterThread:
         with self._lock:
             self._jobs.put((fn, out))
             if not self._running:
+                try:
+                    threading.Thread(target=self._loop, name="mccl-diloco-outer", daemon=True).start()
+                except BaseException:
+                    self._jobs = queue.SimpleQueue()  # nothing will run what is queued
+                    raise
                 self._running = True
-                threading.Thread(target=self._loop, name="mccl-diloco-outer", daemon=True).start()
         return out
 
     def _loop(self) -> None:

@@ -41,8 +41,9 @@ every endpoint and its last error. A leader killed mid-op costs about one
 election (1-2 s with --election-timeout 1000; etcd's default is 1000 ms too):
 a write that a follower forwarded to the dead leader is lost silently (the
 follower would answer only at its own timeout), so a request unanswered for
-0.1 s asks its node for the Raft term and is sent again to that node once the
-term is newer than any answer showed (an election began).
+0.1 s asks its node for the Raft term and is sent again to that node (once
+per call) when the term is newer than the node's answers showed (an election
+began).
 A request whose answer was lost may have been applied, so re-sending must be
 safe: set re-puts the same value; add, compare_set, append and delete_key are
 txns that also write this client's receipt key (the op's serial number) and
@@ -55,7 +56,7 @@ import base64
 import http.client
 import json
 import re
-import select
+import socket
 import threading
 import time
 import uuid
@@ -99,6 +100,18 @@ class _Retry(Exception):
 class _Resend(_Retry):
     """The endpoint is fine, but a request in flight may have been lost with
     the leader it was forwarded to: send it again, there."""
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether an answer (or the peer's close) arrives on `sock` within
+    `timeout`; nothing is consumed (MSG_PEEK: no descriptor limit, unlike
+    select)."""
+    sock.settimeout(max(0.001, timeout))
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+        return True
+    except TimeoutError:
+        return False
 
 
 def _term(body: dict) -> int:
@@ -171,6 +184,7 @@ class EtcdStore(dist.Store):
     releases it; until then it stays alive even when only c10d holds it."""
 
     CHECK_S = 0.1  # a request unanswered this long asks its node for the Raft term
+    STATUS_S = 0.5  # the longest wait for that status answer
 
     def __init__(self, endpoints, prefix: str = DEFAULT_PREFIX,
                  timeout: timedelta | float = timedelta(seconds=300), request_timeout: float = 1.5):
@@ -189,7 +203,7 @@ class EtcdStore(dist.Store):
         self._conns: list[http.client.HTTPConnection | None] = [None] * len(self._eps)
         self._errors = ["not tried"] * len(self._eps)
         self._cur = 0
-        self._seen_term = 0  # the newest Raft term an answer carried
+        self._terms = [0] * len(self._eps)  # the newest Raft term each node's answers carried
         self._lock = threading.RLock()
         self.request_timeout = request_timeout
         self.set_timeout(timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
@@ -204,7 +218,7 @@ class EtcdStore(dist.Store):
         return "EtcdStore(etcd://" + ",".join(f"{h}:{p}" for h, p in self._eps) + self.prefix + ")"
 
     # ---- transport ---------------------------------------------------------
-    def _post(self, i: int, path: str, data: bytes, limit: float) -> dict:
+    def _post(self, i: int, path: str, data: bytes, limit: float, may_resend: bool = True) -> dict:
         host, port = self._eps[i]
         conn = self._conns[i]
         if conn is None:
@@ -215,8 +229,8 @@ class EtcdStore(dist.Store):
         end = time.monotonic() + limit
         try:
             conn.request("POST", path, data, {"Content-Type": "application/json"})
-            self._await_answer(i, conn, end)
-            conn.sock.settimeout(max(0.01, end - time.monotonic()))
+            self._await_answer(i, conn, end, limit, may_resend)
+            conn.sock.settimeout(max(0.5, end - time.monotonic()))  # it has begun: read it whole
             resp = conn.getresponse()
             raw = resp.read()
         except (OSError, http.client.HTTPException, _Retry) as e:
@@ -227,7 +241,7 @@ class EtcdStore(dist.Store):
             raise _Retry(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from None
         if resp.status == 200:
             body = json.loads(raw)
-            self._seen_term = max(self._seen_term, _term(body))
+            self._terms[i] = max(self._terms[i], _term(body))
             return body
         try:
             err = json.loads(raw)
@@ -239,40 +253,45 @@ class EtcdStore(dist.Store):
             raise dist.DistStoreError(f"{self!r}: etcd {host}:{port}: {msg}: the cluster is full. Compact and "
                                       "defragment it (etcdctl compact, etcdctl defrag, etcdctl alarm disarm) and run "
                                       "etcd with --auto-compaction-mode=periodic --auto-compaction-retention=1h")
-        if code in _RETRY_CODES or (code is None and resp.status >= 500):
+        if code in _RETRY_CODES or (code is None and resp.status >= 500) or "proposal dropped" in str(msg):
+            # (raft drops a proposal made while a node knows no leader: it
+            # was never applied, so sending it again is always safe)
             raise _Retry(f"HTTP {resp.status}: {msg}")
         if resp.status == 404:
             msg += " (this etcd has no /v3/ gateway: etcd 3.4 or newer is needed)"
         raise dist.DistStoreError(f"{self!r}: etcd {host}:{port} refused {path}: {msg} "
                                   f"(HTTP {resp.status}, gRPC code {code})")
 
-    def _await_answer(self, i: int, conn: http.client.HTTPConnection, end: float) -> None:
+    def _await_answer(self, i: int, conn: http.client.HTTPConnection, end: float, limit: float,
+                      may_resend: bool) -> None:
         """Waits until the answer starts to arrive (or ``end``). A follower
         forwards a write to the leader it knows; if that leader is dead the
         write is lost without a word and the follower answers only at its own
         timeout (seconds after the election). So a request that has not
-        answered within CHECK_S asks the same node for its Raft term: a newer
-        term than any this client has seen means an election happened while
-        the request was in flight, and it is sent again (every op is safe to
-        send twice, see the module doc). A node that does not answer that
-        either is given up on."""
+        answered within CHECK_S asks the same node for its Raft term, again
+        every CHECK_S: a newer term than the node's answers showed means an
+        election happened while the request was in flight, and it is sent
+        again there, once per call (`may_resend`; every op is safe to send
+        twice, see the module doc). A node whose status connection is refused
+        or reset is given up on; one that is merely slow is waited for."""
         while True:
             now = time.monotonic()
-            ready, _, _ = select.select([conn.sock], [], [], max(0.0, min(end, now + self.CHECK_S) - now))
-            if ready:
+            if _readable(conn.sock, min(end, now + self.CHECK_S) - now):
                 return
             if time.monotonic() >= end:
-                raise _Retry(f"no answer within {self.request_timeout:g} s")
-            term = self._status_term(i, min(self.CHECK_S, max(0.05, end - time.monotonic())))
+                raise _Retry(f"no answer within {limit:.2g} s")
+            term = self._status_term(i, min(self.STATUS_S, max(0.05, end - time.monotonic())))
             if term is None:
-                raise _Retry("no answer, not even to a status request")
-            if self._seen_term and term > self._seen_term:
-                self._seen_term = term
+                continue  # the status request timed out too: a slow node, not a lost request
+            if self._terms[i] and term > self._terms[i] and may_resend:
+                self._terms[i] = term
                 raise _Resend(f"a new Raft term ({term}) began while the request was in flight")
-            self._seen_term = max(self._seen_term, term)
+            self._terms[i] = max(self._terms[i], term)
 
     def _status_term(self, i: int, limit: float) -> int | None:
-        """Node i's Raft term (its own view, no leader needed), or None."""
+        """Node i's Raft term (its own view, no leader needed); None if it did
+        not answer within `limit`. Raises _Retry if the node refused or
+        dropped the connection (it is down)."""
         host, port = self._eps[i]
         conn = http.client.HTTPConnection(host, port, timeout=limit)
         try:
@@ -280,7 +299,11 @@ class EtcdStore(dist.Store):
             resp = conn.getresponse()
             st = json.loads(resp.read()) if resp.status == 200 else {}
             return int(st.get("raftTerm", 0)) or _term(st) or None
-        except (OSError, http.client.HTTPException, ValueError, TypeError):
+        except TimeoutError:
+            return None
+        except (OSError, http.client.HTTPException) as e:
+            raise _Retry(f"no answer, and its status request failed ({type(e).__name__}: {e})") from None
+        except (ValueError, TypeError):
             return None
         finally:
             conn.close()
@@ -289,17 +312,20 @@ class EtcdStore(dist.Store):
         """Sends one request, moving through the endpoints until one answers
         or ``deadline`` (time.monotonic) passes."""
         data = json.dumps(body).encode()
-        start, rounds = time.monotonic(), 0
+        start, rounds, resent = time.monotonic(), 0, set()
         with self._lock:
             while True:
                 for _ in self._eps:
                     i = self._cur
                     try:
                         left = deadline - time.monotonic()
-                        return self._post(i, path, data, max(0.05, min(self.request_timeout, left)))
+                        return self._post(i, path, data, max(0.05, min(self.request_timeout, left)),
+                                          may_resend=i not in resent)
                     except _Retry as e:
                         self._errors[i] = str(e)
-                        if not isinstance(e, _Resend):  # a _Resend stays: the node knows the new term
+                        if isinstance(e, _Resend):
+                            resent.add(i)  # it stays there: the node knows the new term (once per call)
+                        else:
                             self._cur = (i + 1) % len(self._eps)
                     if time.monotonic() >= deadline:
                         errs = "; ".join(f"{h}:{p}: {e}" for (h, p), e in zip(self._eps, self._errors))

@@ -74,8 +74,8 @@ log = logging.getLogger("mccl.elastic")
 
 __all__ = ["Change", "Excluded", "Job"]
 
-# After a store outage, how long the first boundary after a change waits for
-# the joiners the outage held back (they ask within about 0.2 s of its end).
+# After a store outage, how long the first boundary after a change may wait
+# for a joiner the outage held back (they ask within about 0.2 s of its end).
 AFTER_OUTAGE_S = 0.5
 
 
@@ -600,9 +600,10 @@ class Job(Joining, Transitions):
         `after_change`: the boundary that follows a change which admitted
         nobody. Rank 0 then counts the requests in the store itself, not
         through its watcher's last look (up to 0.2 s old), and if the store
-        came back from an outage less than AFTER_OUTAGE_S ago it first waits
-        out the rest of that: joiners that the outage held back ask within
-        about 0.2 s of its end, and are taken now instead of a step later."""
+        came back from an outage less than AFTER_OUTAGE_S ago it waits up to
+        the rest of that for a request: joiners that the outage held back
+        ask within about 0.2 s of its end, and are taken now instead of a
+        step later."""
         world = self.world
         self._watch()
         speeds = world if self._balance is not None else 0  # shares by speed: every member's ns per sample
@@ -640,15 +641,26 @@ class Job(Joining, Transitions):
 
     def _requests_now(self) -> int:
         """Join requests as the store holds them now (see _boundary's
-        after_change); the watcher's count if the store does not answer."""
-        health = self.members.store.health
+        after_change), counting only whole ones (a joiner registers its
+        number first, then its request and heartbeat: one caught in between
+        would be passed over and have to ask again). Within AFTER_OUTAGE_S of
+        a store outage's end it waits for a request to appear, up to that
+        bound. The watcher's count if the store does not answer. (The change
+        just before it called the store too: this adds a few calls to a
+        store that answered a moment ago.)"""
+        health, m = self.members.store.health, self.members
         if health.away:
             return self._requests()
-        if health.back_at is not None:
-            time.sleep(max(0.0, health.back_at + AFTER_OUTAGE_S - time.monotonic()))
+        until = health.back_at + AFTER_OUTAGE_S if health.back_at is not None else 0.0
+        admitted = self.record.admitted
         try:
-            return self.members.requests(patience=0.5)
-        except StoreAway:
+            while True:
+                n = m.requests(patience=0.5)
+                whole = n <= admitted or (m.has(f"join/{n}", patience=0.5) and m.has(f"hb/{n}", patience=0.5))
+                if (n > admitted and whole) or time.monotonic() >= until:
+                    return n if whole else n - 1
+                time.sleep(0.02)
+        except Exception:  # noqa: BLE001 - the store could not say: the watcher's last look
             return self._requests()
 
     def _watch(self) -> None:
