@@ -130,7 +130,19 @@ class Transitions:
                     m.note_dead(n, [0])
                     raise _Regroup(f"mccl.elastic: generation {n}'s rank 0 died before its rendezvous")
                 if time.monotonic() >= end:
-                    break  # the rendezvous below times out in turn, naming what it waited for
+                    # Rank 0 never opened. Members that did not check in
+                    # (alive or not: a frozen joiner's beacon answers) are
+                    # counted dead now, as rank 0 counts them at its own
+                    # timeout, which may come after this one: the recovery
+                    # must not wait for them a second time. If every member
+                    # checked in, rank 0 is what is missing: the rendezvous
+                    # below times out in turn, naming it.
+                    missing = [r for r in range(1, world) if r != rank and not m.has(f"pg/{n}/here/{r}")]
+                    if missing:
+                        m.note_dead(n, missing)
+                        raise _Regroup(f"mccl.elastic: generation {n}'s ranks {missing} did not come to its "
+                                       f"rendezvous within {self.timeout.total_seconds():g} s")
+                    break
                 time.sleep(0.01)
         finally:
             watches.close()
