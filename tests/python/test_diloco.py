@@ -292,6 +292,16 @@ def _train(st, k: int):
         st.trained()
 
 
+def _same(a, b) -> None:
+    for pa, pb in zip(a.params, b.params):
+        assert torch.equal(pa, pb)
+    assert all(torch.equal(x, y) for x, y in zip(a.globals, b.globals))
+    sa, sb = a.outer.state_dict()["state"], b.outer.state_dict()["state"]
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert all(torch.equal(sa[k][n], sb[k][n]) for n in sa[k] if torch.is_tensor(sa[k][n]))
+
+
 @pytest.mark.parametrize("merge", ["rebase", "mix"])
 def test_a_lagging_survivor_merges_the_senders_outer_update_as_applying_it_would(one_rank, merge):
     # Two copies of one member: both issue fragment 0's sync and train the
@@ -308,23 +318,11 @@ def test_a_lagging_survivor_merges_the_senders_outer_update_as_applying_it_would
     a.apply(0, 2)
     b.lost()
     b.load_state_dict(a.state_dict())
-    for pa, pb in zip(a.params, b.params):
-        assert torch.equal(pa, pb)
-    assert all(torch.equal(x, y) for x, y in zip(a.globals, b.globals))
+    _same(a, b)
     assert b.done_round == a.done_round and 0 not in b.pending and b.at == a.at
     # What was merged: the outer step moved the global fragment, and the
     # local one kept the two overlapped steps (rebase) or half of itself (mix).
     assert not torch.equal(a.globals[0], _state().globals[0])
-
-
-def _same(a, b) -> None:
-    for pa, pb in zip(a.params, b.params):
-        assert torch.equal(pa, pb)
-    assert all(torch.equal(x, y) for x, y in zip(a.globals, b.globals))
-    sa, sb = a.outer.state_dict()["state"], b.outer.state_dict()["state"]
-    assert sa.keys() == sb.keys()
-    for k in sa:
-        assert all(torch.equal(sa[k][n], sb[k][n]) for n in sa[k] if torch.is_tensor(sa[k][n]))
 
 
 @pytest.mark.parametrize("merge", ["rebase", "mix"])

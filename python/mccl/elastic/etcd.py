@@ -102,6 +102,19 @@ class _Resend(_Retry):
     the leader it was forwarded to: send it again, there."""
 
 
+def _status(host: str, port: int, limit: float) -> dict:
+    """A node's /v3/maintenance/status (its own view: no leader needed), on a
+    connection of its own; {} for a non-200 answer. Raises what the
+    connection or the JSON raises."""
+    conn = http.client.HTTPConnection(host, port, timeout=limit)
+    try:
+        conn.request("POST", "/v3/maintenance/status", b"{}", {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return json.loads(resp.read()) if resp.status == 200 else {}
+    finally:
+        conn.close()
+
+
 def _readable(sock: socket.socket, timeout: float) -> bool:
     """Whether an answer (or the peer's close) arrives on `sock` within
     `timeout`; nothing is consumed (MSG_PEEK: no descriptor limit, unlike
@@ -158,16 +171,11 @@ def leader_probe(endpoints: list[tuple[str, int]], limit: float = 0.2):
     minority that has not noticed yet); a False saves a call that would hang."""
     def probe() -> bool:
         for host, port in endpoints:
-            conn = http.client.HTTPConnection(host, port, timeout=limit)
             try:
-                conn.request("POST", "/v3/maintenance/status", b"{}", {"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                if resp.status == 200 and int(json.loads(resp.read()).get("leader", 0) or 0):
+                if int(_status(host, port, limit).get("leader", 0) or 0):
                     return True
             except (OSError, http.client.HTTPException, ValueError, TypeError):
                 pass
-            finally:
-                conn.close()
         return False
     return probe
 
@@ -292,12 +300,8 @@ class EtcdStore(dist.Store):
         """Node i's Raft term (its own view, no leader needed); None if it did
         not answer within `limit`. Raises _Retry if the node refused or
         dropped the connection (it is down)."""
-        host, port = self._eps[i]
-        conn = http.client.HTTPConnection(host, port, timeout=limit)
         try:
-            conn.request("POST", "/v3/maintenance/status", b"{}", {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            st = json.loads(resp.read()) if resp.status == 200 else {}
+            st = _status(*self._eps[i], limit)
             return int(st.get("raftTerm", 0)) or _term(st) or None
         except TimeoutError:
             return None
@@ -305,8 +309,6 @@ class EtcdStore(dist.Store):
             raise _Retry(f"no answer, and its status request failed ({type(e).__name__}: {e})") from None
         except (ValueError, TypeError):
             return None
-        finally:
-            conn.close()
 
     def _call(self, path: str, body: dict, deadline: float, what: str) -> dict:
         """Sends one request, moving through the endpoints until one answers
