@@ -66,6 +66,15 @@ def test_a_joiner_receives_the_whole_live_state(world):
     run_workers("elastic_state.py", world)
 
 
+@pytest.mark.parametrize("world,holds", [(2, "10"), (3, "110"), (5, "01010"), (3, "all"), (3, "none")])
+def test_the_state_goes_only_to_the_ranks_that_need_it(world, holds):
+    # From the lowest rank that holds it, along a chain through the others
+    # (in tiny pieces here): receivers bit-identical to the sender, holders
+    # that do not send untouched, nothing moved when all hold it, and a
+    # clear error on every rank when none does.
+    run_workers("elastic_deliver.py", world, holds)
+
+
 def test_survivors_agree_on_one_dead_set_under_races():
     # 6 members; rank 4 died, rank 2 is slow to check in. Five survivors
     # decide at once from threads: every one gets the same decision, and the
@@ -509,29 +518,34 @@ def test_a_joiner_outwaits_a_member_that_dies_before_its_group_forms(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_member_dies_as_it_relays_the_state_to_joiners(tmp_path):
-    # The third member kills itself as it starts to relay the live state to
-    # the joiners of a new generation. A joiner whose state was to come
-    # through it has no connection to anyone alive: the group's ABORT is
-    # relayed to it (it would otherwise wait out its 60 s timeout and be left
-    # out), it recovers with the survivors and takes its state from them.
-    # Every step is logged once with one world; the parameters equal the
-    # replay.
+@pytest.mark.parametrize("when", ["start", "midway"])
+def test_a_member_dies_as_the_state_goes_to_joiners(tmp_path, when):
+    # A member dies as the live state is handed to the joiners of a new
+    # generation: the third member as the handover starts, or rank 0 (the
+    # one that sends; the founders request in rank order) with the first
+    # piece of the state on its way. The joiners, waiting for the state, see
+    # the failure (not a 60 s timeout), recover with the survivors and take
+    # their state from them. Every step is logged once with one world; the
+    # parameters equal the replay.
     master, port = _store()
     fleet = Fleet(f"127.0.0.1:{port}", tmp_path)
+    m = _members(port)
+    dying = 2 if when == "start" else 0
     try:
-        fleet.start(initial=3)
-        fleet.start(initial=3)
-        fleet.start(initial=3, extra=["--die-in-state-sync"])
+        for i in range(3):
+            fleet.start(initial=3, extra=["--die-in-state-sync", when] if i == dying else [])
+            fleet.wait_for(f"request {i + 1}", lambda: m.requests() >= i + 1)
         fleet.wait_for("3 members training", lambda: fleet.latest_world() == 3 and max(fleet.commits()) >= 3)
         joiners = [fleet.start(), fleet.start()]
         fleet.wait_for("4 members", lambda: fleet.latest_world() == 4 and
                        all("COMMIT" in fleet.text(j) for j in joiners), 120)
-        assert fleet.procs[2].wait(30) == -signal.SIGKILL and "DYING in the state sync" in fleet.text(2)
+        assert fleet.procs[dying].wait(30) == -signal.SIGKILL and "DYING in the state sync" in fleet.text(dying)
         stop = max(fleet.commits()) + 10
         _members(port).request_end(stop)
-        ends_as_replayed(fleet, tmp_path, [0, 1, *joiners], stop)
-        assert re.search(r"CHANGE gen \d+ crash world [34]", fleet.text(0)), fleet.text(0)[-3000:]
+        survivors = [i for i in range(3) if i != dying]
+        ends_as_replayed(fleet, tmp_path, [*survivors, *joiners], stop)
+        assert re.search(r"CHANGE gen \d+ crash world [34]", fleet.text(survivors[0])), \
+            fleet.text(survivors[0])[-3000:]
     finally:
         fleet.kill_all()
         del master

@@ -530,9 +530,10 @@ class Job(Joining, Transitions):
             self.request_leave()
 
     def _first_state(self, state) -> None:
-        """A newcomer's first state: from rank 0 (the members relay it in
-        _change); rank 0 of a resuming generation takes it from the
-        checkpoint first. A failure here is recovered too."""
+        """A newcomer's first state: from rank 0, which sends it in _change
+        (the other members only say they hold it); rank 0 of a resuming
+        generation takes it from the checkpoint first. A failure here is
+        recovered too."""
         rec = self.record
         t0 = time.monotonic()
         if state.sharded:
@@ -543,7 +544,7 @@ class Job(Joining, Transitions):
         else:
             if rec.cause is Cause.RESUME and self.rank == 0:
                 self._take_up(state)
-            self._sync(state, src=0, load=True)
+            self._deliver(state, holds=self._synced)
         self._newcomer, self._synced = False, True
         self.ready_s = time.monotonic() - self._join_t0
         log.warning("mccl.elastic: generation %d: this member %s job %r at step %d, ready %.2f s after it asked "

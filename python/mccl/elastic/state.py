@@ -8,7 +8,10 @@ the data position (ElasticSampler), the step count, the state dicts of
 and any small picklable ``extra``. ``broadcast_state`` sends it from one member to every rank of the
 group by MCCL broadcast: the structure (small) by ``broadcast_object_list``,
 the tensors as one flat buffer per dtype (one pipelined broadcast each, so
-the transfer runs at the links' goodput). Nothing is read from disk.
+the transfer runs at the links' goodput). ``deliver_state`` is what a job
+uses at a change: only the ranks that need the state (joiners, members that
+lag) and one that holds it take part, along a chain. Nothing is read from
+disk.
 """
 
 from __future__ import annotations
@@ -142,6 +145,85 @@ def broadcast_state(state: State, src: int, group=None, load: bool = True) -> in
     if rank != src and load:
         state.load_state_dict(_join(skeleton, out))
     return sent
+
+
+# Pieces of a relayed buffer: small enough that a chain of receivers
+# forwards while it receives, large enough that per-message costs vanish.
+CHAIN_PIECE_BYTES = 4 << 20
+
+
+def deliver_state(state: State, holds: bool, group=None) -> int:
+    """Gives `state` to the ranks that need it, without the ranks that
+    already hold it taking part: every rank says whether its state is the
+    job's (`holds`); the lowest rank that holds it sends, and the others that
+    do not hold it receive, along one chain in rank order (the sender to the
+    first, each receiver forwarding what it got to the next, in pieces, so
+    the chain runs at the links' goodput however long it is). Where a
+    broadcast moves the state through every member (each of which holds it
+    already), this moves it through the receivers only. Returns, on every
+    rank, the bytes of tensor data each receiver got (0: nobody needed it)."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    flags = torch.zeros(world, dtype=torch.int32)
+    flags[rank] = 1 if holds else 0
+    dist.all_reduce(flags, group=group)  # who holds it, as every rank sees it
+    holders = [r for r in range(world) if flags[r] == 1]
+    if not holders:
+        raise RuntimeError(f"mccl.elastic: rank {rank} of {world}: no rank holds the job's state to hand over")
+    chain = holders[:1] + [r for r in range(world) if flags[r] == 0]
+    if len(chain) == 1:
+        return 0
+    if rank not in chain:
+        return tensor_bytes(state.state_dict())
+    at = chain.index(rank)
+    prev = _global(group, chain[at - 1]) if at > 0 else None
+    nxt = _global(group, chain[at + 1]) if at + 1 < len(chain) else None
+    tensors: list[torch.Tensor] = []
+    if prev is None:
+        skeleton = _split(state.state_dict(), tensors.append)
+        specs = [(tuple(t.shape), t.dtype, t.device.type) for t in tensors]
+        box = [(skeleton, specs)]
+    else:
+        box = [None]
+        dist.recv_object_list(box, src=prev, group=group)
+        skeleton, specs = box[0]
+    if nxt is not None:
+        dist.send_object_list(box, dst=nxt, group=group)
+    out: list[torch.Tensor | None] = [None] * len(specs)
+    sent = 0
+    for dtype, idx in _by_dtype(specs).items():
+        numels = [int(torch.Size(specs[i][0]).numel()) for i in idx]
+        flat = _flat(tensors, idx, dtype) if prev is None else torch.empty(sum(numels), dtype=dtype)
+        _relay(flat, prev, nxt, group)
+        sent += flat.numel() * flat.element_size()
+        if prev is not None:
+            for i, part in zip(idx, torch.split(flat, numels)):
+                shape, _, device = specs[i]
+                out[i] = part.view(shape).to(device)
+    if prev is not None:
+        state.load_state_dict(_join(skeleton, out))
+    return sent
+
+
+def _global(group, r: int) -> int:
+    return dist.get_global_rank(group, r) if group is not None else r
+
+
+def _relay(flat: torch.Tensor, prev: int | None, nxt: int | None, group) -> None:
+    """One link of the chain: `flat` from `prev` (None: this rank's own) and
+    on to `nxt` (None: the chain's end), piece by piece."""
+    if flat.numel() == 0:
+        return
+    step = max(1, CHAIN_PIECE_BYTES // flat.element_size())
+    pieces = list(torch.split(flat, step))
+    recvs = [dist.irecv(p, src=prev, group=group) for p in pieces] if prev is not None else []
+    sends = []
+    for i, p in enumerate(pieces):
+        if recvs:
+            recvs[i].wait()
+        if nxt is not None:
+            sends.append(dist.isend(p, dst=nxt, group=group))
+    for w in sends:
+        w.wait()
 
 
 def tensor_bytes(obj) -> int:

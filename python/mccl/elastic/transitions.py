@@ -266,8 +266,9 @@ class Transitions:
         t2 = time.monotonic()
         self._init_group(n + 1, nxt, after=n)
         t3 = time.monotonic()
-        # Members hold the state already: they relay it (DDP) or reshard it.
-        sent = state.rebuild(full) if state.sharded else self._sync(state, src=0, load=False)
+        # Members hold the state already: one hands it to the joiners (DDP),
+        # or all reshard it.
+        sent = state.rebuild(full) if state.sharded else self._deliver(state, holds=True)
         t4 = time.monotonic()
         self._note(Change(n + 1, "join", self.world, left=left, joined=joined, stall_s=t4 - t0,
                           state_bytes=sent, step=state.step,
@@ -344,9 +345,11 @@ class Transitions:
             dist.destroy_process_group()
             self._init_group(n, nxt)
 
-    def _sync(self, state, src: int, load: bool) -> int:
-        from .state import broadcast_state
-        return broadcast_state(state, src, load=load)
+    def _deliver(self, state, holds: bool) -> int:
+        """The job's state to the ranks of this generation whose state is not
+        (`holds` False), from the lowest rank whose is; the others only say so."""
+        from .state import deliver_state
+        return deliver_state(state, holds)
 
     @staticmethod
     def _backend():
@@ -540,7 +543,7 @@ class Transitions:
         elif min(steps.values()) != top or top < 0:
             src = min(nxt.members.index(old[r]) for r, s in steps.items() if s == top)
             load = steps[rank] != top or (top < 0 and self.rank != src)
-            sent = self._sync(state, src=src, load=load)
+            sent = self._deliver(state, holds=not load)
         self._newcomer, self._synced = False, True
         self._note(Change(n + 1, nxt.cause.value, self.world, left=[old[r] for r in dead],
                           stall_s=time.monotonic() - t0, state_bytes=sent, step=state.step))

@@ -84,8 +84,9 @@ if __name__ == "__main__":
     p.add_argument("--out", default="")
     p.add_argument("--fsdp", default="", help="FSDP2 (ShardedState), checkpoints in this folder")
     p.add_argument("--checkpoint-every", type=int, default=4)
-    p.add_argument("--die-in-state-sync", action="store_true",
-                   help="kill this process as it starts to relay the state to joiners")
+    p.add_argument("--die-in-state-sync", choices=["start", "midway"], default="",
+                   help="a member handing the state to joiners: kill this process as the handover starts, or "
+                        "(as its sender) once the first piece of the state is on its way")
     p.add_argument("--die-before-group", action="store_true",
                    help="kill this process in the first join's new generation, after it met the others and "
                         "before its process group publishes its address")
@@ -199,14 +200,34 @@ if __name__ == "__main__":
                 time.sleep(60)
         job._init_group = hanging_admitted
     if a.die_in_state_sync:
-        relay = job._sync
+        # A member handing the live state to a join's new generation (in
+        # _change; not a recovery's handover, not a newcomer's first state).
+        from mccl.elastic import state as state_mod
+        change, deliver, relay, handing = job._change, job._deliver, state_mod._relay, [False]
 
-        def dying(state, src, load):
-            if not load:  # a member relaying the live state to a new generation
+        def changing(*args, **kw):
+            handing[0] = True
+            try:
+                return change(*args, **kw)
+            finally:
+                handing[0] = False
+
+        def dying(state, holds):
+            if handing[0] and holds and a.die_in_state_sync == "start":
                 print("DYING in the state sync", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
-            return relay(state, src, load)
-        job._sync = dying
+            return deliver(state, holds)
+
+        def dying_sender(flat, prev, nxt, group):
+            if handing[0] and prev is None and nxt is not None:
+                torch.distributed.isend(flat[:1024], dst=nxt).wait()
+                print("DYING in the state sync", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return relay(flat, prev, nxt, group)
+        job._change, job._deliver = changing, dying
+        if a.die_in_state_sync == "midway":
+            state_mod.CHAIN_PIECE_BYTES = 4096
+            state_mod._relay = dying_sender
 
     if a.in_join_barrier:
         change = job._change
