@@ -144,6 +144,23 @@ def test_memory_mode():
 
 
 @pytest.mark.slow
+def test_state_mode_times_the_three_ways(tmp_path):
+    out = tmp_path / "s.json"
+    text = bench("state", "--nproc", "3", "--receivers", "2", "--params-mb", "1", "--repeats", "2",
+                 "--json", str(out))
+    assert "3 ranks, 2 receiver(s), state 2.1 MB" in text, text
+    for way in ("deliver", "broadcast", "sends"):
+        assert re.search(rf"^{way} +\d+\.\d+s", text, re.M), text
+    d = json.loads(out.read_text())
+    assert d["meta"]["receivers"] == 2 and d["meta"]["state_bytes"] == 2 * (1 << 20), d["meta"]  # weight and momentum
+    assert [r["way"] for r in d["results"]] == ["deliver", "broadcast", "sends"]
+    assert all(len(r["seconds"]) == 2 and min(r["seconds"]) > 0 for r in d["results"]), d["results"]
+    p = subprocess.run([sys.executable, "-m", "mccl.bench", "state", "--nproc", "2", "--receivers", "2"],
+                       capture_output=True, text=True, timeout=120, start_new_session=True)
+    assert p.returncode != 0 and "--receivers must be 1..1 for 2 ranks, got 2" in p.stdout + p.stderr
+
+
+@pytest.mark.slow
 def test_ddp_mode():
     text = bench("ddp", "--nproc", "2", "--steps", "3", "--warmup", "1", "--width", "64", "--depth", "2",
                  "--bucket-mb", "0.01")

@@ -66,12 +66,13 @@ def test_a_joiner_receives_the_whole_live_state(world):
     run_workers("elastic_state.py", world)
 
 
-@pytest.mark.parametrize("world,holds", [(2, "10"), (3, "110"), (5, "01010"), (3, "all"), (3, "none")])
+@pytest.mark.parametrize("world,holds", [(1, "1"), (1, "0"), (2, "10"), (3, "110"), (5, "01010"), (3, "all"),
+                                         (3, "none")])
 def test_the_state_goes_only_to_the_ranks_that_need_it(world, holds):
     # From the lowest rank that holds it, along a chain through the others
     # (in tiny pieces here): receivers bit-identical to the sender, holders
-    # that do not send untouched, nothing moved when all hold it, and a
-    # clear error on every rank when none does.
+    # that do not send untouched, nothing moved when all hold it (or the
+    # only rank does), and a clear error on every rank when none does.
     run_workers("elastic_deliver.py", world, holds)
 
 

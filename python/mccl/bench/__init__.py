@@ -4,6 +4,7 @@
     mccl-bench --nproc 4 --ops all_reduce -b 8 -e 64M -f 8 --json r.json --plot r.png
     mccl-bench ddp --nproc 4                            # DDP step time, comm hidden
     mccl-bench memory --nproc 4 --size 256M             # peak RSS of one all_reduce
+    mccl-bench state --netlab wk --nproc 6 --receivers 2   # an elastic state to joiners: chain vs broadcast
     mccl-bench matmul --device cuda                     # FP32/TF32/BF16 TFLOP/s of this device
     mccl-bench wire-accuracy --ns 2,8,24,200            # 16-bit wire error: mccl vs bf16_compress_hook
     mccl-bench status-load                              # the status page with 200 simulated members and agents
@@ -306,6 +307,15 @@ def _wire_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot")
 
 
+def _state_args(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--params-mb", type=float, default=64.0, help="the model's float32 parameters (the state, "
+                   "with SGD momentum, is about twice this)")
+    p.add_argument("--receivers", type=int, default=1, help="the last this many ranks lack the state")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json")
+
+
 def _memory_args(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--size", default="256M")
@@ -484,6 +494,8 @@ MODES: dict[str, Mode] = {
     "wire-train": Mode("ViT DDP with each wire compression: samples/s and loss curves", _wire_train_args,
                        _wire_train),
     "memory": Mode("peak resident memory of one all_reduce", _memory_args, _on_ranks(_rank_of("memory"))),
+    "state": Mode("an elastic job's state handed to joiners: deliver_state's chain, a broadcast through "
+                  "every rank, plain sends", _state_args, _on_ranks(_rank_of("state_transfer"))),
 }
 _NAMES = {alias: name for name, mode in MODES.items() for alias in (name, *mode.aliases)}
 

@@ -135,7 +135,9 @@ class Job(Joining, Transitions):
         `initial_wait_s`; a dormant job is resumed at once by whoever
         comes). `crash_grace_s`: how long survivors of a failure wait for
         each other to check in when the dead are not all known.
-        `timeout_s`: how long a group waits for a member, and how long a
+        `timeout_s`: how long a group waits for a member (longer than the
+        job's state takes to reach a joiner: its bytes over the link's
+        goodput, since the members wait that long for it), and how long a
         joiner waits while no member of the job is seen alive (then it
         resumes the job from its checkpoint). `check_every`: steps between
         boundaries that admit joiners (leaves and failures are seen at every
@@ -530,10 +532,11 @@ class Job(Joining, Transitions):
             self.request_leave()
 
     def _first_state(self, state) -> None:
-        """A newcomer's first state: from rank 0, which sends it in _change
-        (the other members only say they hold it); rank 0 of a resuming
-        generation takes it from the checkpoint first. A failure here is
-        recovered too."""
+        """A newcomer's first state: at a join, from rank 0, which sends it in
+        _change (the other members only say they hold it); in a founding
+        generation from its rank 0, and in a resuming one from rank 0 once it
+        took the state from the checkpoint (both send it here). A failure
+        here is recovered too."""
         rec = self.record
         t0 = time.monotonic()
         if state.sharded:

@@ -181,11 +181,13 @@ def deliver_state(state: State, holds: bool, group=None) -> int:
     if prev is None:
         skeleton = _split(state.state_dict(), tensors.append)
         specs = [(tuple(t.shape), t.dtype, t.device.type) for t in tensors]
-        box = [(skeleton, specs)]
+        # The sender's piece size, for the whole chain (ranks of other
+        # versions must not cut the buffers differently).
+        box = [(skeleton, specs, CHAIN_PIECE_BYTES)]
     else:
         box = [None]
         dist.recv_object_list(box, src=prev, group=group)
-        skeleton, specs = box[0]
+    skeleton, specs, piece = box[0]
     if nxt is not None:
         dist.send_object_list(box, dst=nxt, group=group)
     out: list[torch.Tensor | None] = [None] * len(specs)
@@ -193,7 +195,7 @@ def deliver_state(state: State, holds: bool, group=None) -> int:
     for dtype, idx in _by_dtype(specs).items():
         numels = [int(torch.Size(specs[i][0]).numel()) for i in idx]
         flat = _flat(tensors, idx, dtype) if prev is None else torch.empty(sum(numels), dtype=dtype)
-        _relay(flat, prev, nxt, group)
+        _relay(flat, prev, nxt, group, piece)
         sent += flat.numel() * flat.element_size()
         if prev is not None:
             for i, part in zip(idx, torch.split(flat, numels)):
@@ -208,12 +210,12 @@ def _global(group, r: int) -> int:
     return dist.get_global_rank(group, r) if group is not None else r
 
 
-def _relay(flat: torch.Tensor, prev: int | None, nxt: int | None, group) -> None:
+def _relay(flat: torch.Tensor, prev: int | None, nxt: int | None, group, piece: int) -> None:
     """One link of the chain: `flat` from `prev` (None: this rank's own) and
-    on to `nxt` (None: the chain's end), piece by piece."""
+    on to `nxt` (None: the chain's end), in pieces of `piece` bytes."""
     if flat.numel() == 0:
         return
-    step = max(1, CHAIN_PIECE_BYTES // flat.element_size())
+    step = max(1, int(piece) // flat.element_size())
     pieces = list(torch.split(flat, step))
     recvs = [dist.irecv(p, src=prev, group=group) for p in pieces] if prev is not None else []
     sends = []

@@ -218,15 +218,19 @@ if __name__ == "__main__":
                 os.kill(os.getpid(), signal.SIGKILL)
             return deliver(state, holds)
 
-        def dying_sender(flat, prev, nxt, group):
+        def dying_sender(flat, prev, nxt, group, piece):
             if handing[0] and prev is None and nxt is not None:
-                torch.distributed.isend(flat[:1024], dst=nxt).wait()
-                print("DYING in the state sync", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-            return relay(flat, prev, nxt, group)
+                real_isend = torch.distributed.isend
+
+                def isend(tensor, dst=None, group=None, **kw):
+                    real_isend(tensor, dst=dst, group=group, **kw).wait()  # the first piece is on its way
+                    print("DYING in the state sync", flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                torch.distributed.isend = isend
+            return relay(flat, prev, nxt, group, piece)
         job._change, job._deliver = changing, dying
         if a.die_in_state_sync == "midway":
-            state_mod.CHAIN_PIECE_BYTES = 4096
+            state_mod.CHAIN_PIECE_BYTES = 64  # sent with the state: the whole chain cuts it so
             state_mod._relay = dying_sender
 
     if a.in_join_barrier:
