@@ -42,7 +42,7 @@ outer step applied twice). At 1 B parameters in 4 fragments this took the
 training thread's share of a 32 s round from about 3.8 s to 1.1-1.3 s on a
 2-core VM (mccl-bench diloco-host; docs/benchmarks.md).
 
-What a joiner receives (by MCCL broadcast, at a round's end only): the
+What a joiner receives (from rank 0, point to point, at a round's end only): the
 global parameters, the outer optimizer's state, the data position, the
 step, `extra` and `stateful`, and rank 0's buffers and frozen parameters
 -- not the others' inner progress, nor an inner optimizer state (its own
