@@ -194,11 +194,16 @@ def deliver_state(state: State, holds: bool, group=None) -> int:
     sent = 0
     for dtype, idx in _by_dtype(specs).items():
         numels = [int(torch.Size(specs[i][0]).numel()) for i in idx]
-        flat = _flat(tensors, idx, dtype) if prev is None else torch.empty(sum(numels), dtype=dtype)
-        _relay(flat, prev, nxt, group, piece)
-        sent += flat.numel() * flat.element_size()
+        if prev is None:
+            # The sender's own tensors, as they are (no copy into one buffer).
+            parts = [tensors[i].detach().to("cpu").reshape(-1) for i in idx]
+        else:
+            flat = torch.empty(sum(numels), dtype=dtype)
+            parts = list(torch.split(flat, numels))
+        _relay(parts, prev, nxt, group, piece)
+        sent += sum(numels) * torch.empty(0, dtype=dtype).element_size()
         if prev is not None:
-            for i, part in zip(idx, torch.split(flat, numels)):
+            for i, part in zip(idx, parts):
                 shape, _, device = specs[i]
                 out[i] = part.view(shape).to(device)
     if prev is not None:
@@ -210,13 +215,13 @@ def _global(group, r: int) -> int:
     return dist.get_global_rank(group, r) if group is not None else r
 
 
-def _relay(flat: torch.Tensor, prev: int | None, nxt: int | None, group, piece: int) -> None:
-    """One link of the chain: `flat` from `prev` (None: this rank's own) and
-    on to `nxt` (None: the chain's end), in pieces of `piece` bytes."""
-    if flat.numel() == 0:
-        return
-    step = max(1, int(piece) // flat.element_size())
-    pieces = list(torch.split(flat, step))
+def _relay(parts: list[torch.Tensor], prev: int | None, nxt: int | None, group, piece: int) -> None:
+    """One link of the chain: the tensors `parts` (1-D, contiguous) from
+    `prev` (None: this rank's own) and on to `nxt` (None: the chain's end),
+    each cut into pieces of at most `piece` bytes (the same cuts on every
+    rank: they follow from the specs)."""
+    pieces = [p for t in parts if t.numel() > 0
+              for p in torch.split(t, max(1, int(piece) // t.element_size()))]
     recvs = [dist.irecv(p, src=prev, group=group) for p in pieces] if prev is not None else []
     sends = []
     for i, p in enumerate(pieces):

@@ -218,7 +218,7 @@ if __name__ == "__main__":
                 os.kill(os.getpid(), signal.SIGKILL)
             return deliver(state, holds)
 
-        def dying_sender(flat, prev, nxt, group, piece):
+        def dying_sender(parts, prev, nxt, group, piece):
             if handing[0] and prev is None and nxt is not None:
                 real_isend = torch.distributed.isend
 
@@ -227,7 +227,7 @@ if __name__ == "__main__":
                     print("DYING in the state sync", flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
                 torch.distributed.isend = isend
-            return relay(flat, prev, nxt, group, piece)
+            return relay(parts, prev, nxt, group, piece)
         job._change, job._deliver = changing, dying
         if a.die_in_state_sync == "midway":
             state_mod.CHAIN_PIECE_BYTES = 64  # sent with the state: the whole chain cuts it so
