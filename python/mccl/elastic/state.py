@@ -139,9 +139,7 @@ def broadcast_state(state: State, src: int, group=None, load: bool = True) -> in
         if rank != src and load:
             # Views of the received buffer: load_state_dict copies them into
             # the model (one copy, not two).
-            for i, part in zip(idx, torch.split(flat, numels)):
-                shape, _, device = specs[i]
-                out[i] = part.view(shape).to(device)
+            _place(out, idx, torch.split(flat, numels), specs)
     if rank != src and load:
         state.load_state_dict(_join(skeleton, out))
     return sent
@@ -201,14 +199,19 @@ def deliver_state(state: State, holds: bool, group=None) -> int:
             flat = torch.empty(sum(numels), dtype=dtype)
             parts = list(torch.split(flat, numels))
         _relay(parts, prev, nxt, group, piece)
-        sent += sum(numels) * torch.empty(0, dtype=dtype).element_size()
+        sent += sum(numels) * dtype.itemsize
         if prev is not None:
-            for i, part in zip(idx, parts):
-                shape, _, device = specs[i]
-                out[i] = part.view(shape).to(device)
+            _place(out, idx, parts, specs)
     if prev is not None:
         state.load_state_dict(_join(skeleton, out))
     return sent
+
+
+def _place(out: list, idx: list[int], parts, specs) -> None:
+    """out[i] for each i in idx: its received 1-D part, shaped and on its device."""
+    for i, part in zip(idx, parts):
+        shape, _, device = specs[i]
+        out[i] = part.view(shape).to(device)
 
 
 def _global(group, r: int) -> int:
